@@ -1,0 +1,71 @@
+# vnpu-operator: every command a developer or CI needs.
+#   make demo   local control plane + simulated NPUs + operator/agents + sample pods
+#   make test   lint, type checks, unit, integration and end-to-end tests
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help
+help: ## list targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s); set PYTHON=python3.11" % sys.version.split()[0])'
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+.PHONY: venv
+venv: $(STAMP) ## create .venv with the project and its dev tools
+
+.PHONY: plane
+plane: ## build (or reuse) the control-plane binaries from Go modules
+	@bash hack/plane/build.sh >/dev/null
+
+.PHONY: crds
+crds: $(STAMP) ## regenerate crds/ from the API models
+	$(PY) -m vnpu_operator.api.crdgen crds/
+
+.PHONY: lint
+lint: $(STAMP) ## ruff
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+.PHONY: fmt
+fmt: $(STAMP) ## format and autofix
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+.PHONY: typecheck
+typecheck: $(STAMP) ## mypy (strict)
+	$(VENV)/bin/mypy
+
+.PHONY: test
+test: $(STAMP) plane lint typecheck ## everything CI runs
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+.PHONY: test-unit
+test-unit: $(STAMP) ## unit tests only (no control plane)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: demo
+demo: $(STAMP) plane ## the whole story on a local plane
+	$(PY) e2e/demo.py
+
+.PHONY: cluster-up
+cluster-up: $(STAMP) plane ## start a local plane in .localplane/ and print KUBECONFIG
+	@PYTHONPATH=operator:node_agent:hack $(PY) -m localplane up --crds crds
+
+.PHONY: cluster-down
+cluster-down: $(STAMP) ## stop the plane started by cluster-up
+	@PYTHONPATH=operator:node_agent:hack $(PY) -m localplane down
+
+.PHONY: clean
+clean: cluster-down ## remove local state (keeps the binary cache)
+	rm -rf .localplane .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,546 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler and kwok as local processes.
+
+The binaries come from `hack/plane/build.sh` (built from Go modules and
+cached). Every component listens on a random free port of 127.0.0.1, so
+several planes can run side by side.
+
+Two ways of owning the processes:
+- `attached` (pytest): the processes die with the Python process that
+  started them (PR_SET_PDEATHSIG), so an interrupted or killed test run
+  leaves nothing behind; `stop()` also runs at exit.
+- detached (`make cluster-up`): the processes outlive the command; their
+  pids are kept in `<workdir>/state.json` for `make cluster-down`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from localplane.nodes import NodeSpec, node_manifest
+from vnpu_operator import certs
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "hack" / "plane" / "build.sh"
+
+# Only writes are audited: the API-economy tests count our components'
+# writes per pod lifecycle from this log.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+"""
+
+
+class PlaneError(RuntimeError):
+    """The control plane could not be built, started or reached."""
+
+
+def bin_dir() -> Path:
+    """Where build.sh puts (or would put) the binaries."""
+    out = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), "--print"], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+REQUIRED_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+    "helm",
+)
+
+
+def find_binaries() -> Path:
+    """The bin dir, or a PlaneError that says how to build it."""
+    bins = bin_dir()
+    missing = [b for b in REQUIRED_BINARIES if not (bins / b).is_file()]
+    if missing:
+        raise PlaneError(
+            f"control-plane binaries missing in {bins}: {', '.join(missing)}. "
+            "Build them with `make plane` (hack/plane/build.sh); `make test` does this itself."
+        )
+    return bins
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:
+    # PR_SET_PDEATHSIG = 1: the kernel sends SIGTERM to the child when the
+    # thread that forked it exits, even on SIGKILL of the test runner.
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGTERM)
+
+
+@dataclass
+class Ports:
+    etcd: int = 0
+    etcd_peer: int = 0
+    apiserver: int = 0
+    controller_manager: int = 0
+    scheduler: int = 0
+    kwok: int = 0
+
+    @classmethod
+    def pick(cls) -> Ports:
+        return cls(*(free_port() for _ in range(6)))
+
+
+@dataclass
+class PlaneState:
+    workdir: str
+    ports: Ports
+    pids: dict[str, int] = field(default_factory=dict)
+
+    def save(self) -> None:
+        path = Path(self.workdir) / "state.json"
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, workdir: Path) -> PlaneState:
+        data = json.loads((workdir / "state.json").read_text())
+        return cls(workdir=data["workdir"], ports=Ports(**data["ports"]), pids=data["pids"])
+
+
+class LocalPlane:
+    """Starts and stops one control plane in `workdir`."""
+
+    def __init__(self, workdir: Path, *, attached: bool = True, bins: Path | None = None) -> None:
+        self.workdir = workdir.resolve()
+        self.attached = attached
+        self.bins = bins or find_binaries()
+        self.ports = Ports.pick()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._stopped = False
+
+    # -- paths -------------------------------------------------------------
+
+    @property
+    def pki(self) -> Path:
+        return self.workdir / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.logs / "audit.log"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.pki / "ca.crt"
+
+    def binary(self, name: str) -> str:
+        return str(self.bins / name)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self, progress: Callable[[str], None] = lambda _msg: None) -> None:
+        if self.attached:
+            atexit.register(self.stop)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        try:
+            t0 = time.monotonic()
+            self._write_pki()
+            self._write_kubeconfig(self.kubeconfig, "admin")
+            progress("starting etcd")
+            self._start_etcd()
+            progress("starting kube-apiserver")
+            self._start_apiserver()
+            progress("starting kube-controller-manager, kube-scheduler, kwok")
+            self._start_controller_manager()
+            self._start_scheduler()
+            self._start_kwok()
+            self._wait_controllers()
+            progress(f"control plane ready in {time.monotonic() - t0:.1f}s")
+        except BaseException:
+            self.stop()
+            raise
+        if not self.attached:
+            PlaneState(
+                str(self.workdir), self.ports, {n: p.pid for n, p in self.procs.items()}
+            ).save()
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        for name in reversed(list(self.procs)):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 15
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    @staticmethod
+    def stop_detached(workdir: Path) -> bool:
+        """Stops a plane started with `attached=False`; False if none ran."""
+        try:
+            state = PlaneState.load(workdir)
+        except FileNotFoundError:
+            return False
+        for pid in reversed(list(state.pids.values())):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for pid in state.pids.values():
+            while time.monotonic() < deadline and _alive(pid):
+                time.sleep(0.1)
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        (workdir / "state.json").unlink()
+        return True
+
+    # -- components --------------------------------------------------------
+
+    def _spawn(self, name: str, args: Sequence[str]) -> subprocess.Popen[bytes]:
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the process
+        proc = subprocess.Popen(
+            list(args),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.workdir,
+            start_new_session=not self.attached,
+            preexec_fn=_die_with_parent if self.attached else None,
+        )
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def _write_pki(self) -> None:
+        self.pki.mkdir(exist_ok=True)
+        ca = certs.make_ca("vnpu-localplane-ca")
+        ca.write(self.ca_file, self.pki / "ca.key")
+        certs.issue(
+            ca,
+            "kube-apiserver",
+            dns_names=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
+            ip_addresses=("127.0.0.1", "10.0.0.1"),
+        ).write(self.pki / "apiserver.crt", self.pki / "apiserver.key")
+        certs.issue(
+            ca, "admin", organizations=("system:masters",), server=False, client=True
+        ).write(self.pki / "admin.crt", self.pki / "admin.key")
+        sa_key, sa_pub = certs.rsa_keypair()
+        (self.pki / "sa.key").write_bytes(sa_key)
+        (self.pki / "sa.pub").write_bytes(sa_pub)
+        (self.workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
+
+    def _write_kubeconfig(self, path: Path, user: str) -> None:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "localplane",
+                    "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)},
+                }
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate": str(self.pki / f"{user}.crt"),
+                        "client-key": str(self.pki / f"{user}.key"),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": "localplane", "context": {"cluster": "localplane", "user": user}}
+            ],
+            "current-context": "localplane",
+        }
+        path.write_text(yaml.safe_dump(config))
+
+    def _start_etcd(self) -> None:
+        p = self.ports
+        self._spawn(
+            "etcd",
+            [
+                self.binary("etcd"),
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{p.etcd}",
+                f"--advertise-client-urls=http://127.0.0.1:{p.etcd}",
+                f"--listen-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{p.etcd_peer}",
+                "--unsafe-no-fsync=true",
+                "--quota-backend-bytes=8589934592",
+                "--log-level=warn",
+            ],
+        )
+        self._wait_http("etcd", f"http://127.0.0.1:{p.etcd}/health", timeout=60)
+
+    def _start_apiserver(self) -> None:
+        p, pki = self.ports, self.pki
+        self._spawn(
+            "kube-apiserver",
+            [
+                self.binary("kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{p.etcd}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+                f"--secure-port={p.apiserver}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={self.ca_file}",
+                "--authorization-mode=Node,RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+                # The defaults (400/200 in flight) are far above what a 2-core
+                # machine serves; lower limits only add 429s under churn.
+                "--max-requests-inflight=800",
+                "--max-mutating-requests-inflight=400",
+                "--v=1",
+            ],
+        )
+        self._wait_http("kube-apiserver", f"{self.server}/readyz", timeout=120, tls=True)
+
+    def _start_controller_manager(self) -> None:
+        self._spawn(
+            "kube-controller-manager",
+            [
+                self.binary("kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports.controller_manager}",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={self.pki / 'sa.key'}",
+                f"--root-ca-file={self.ca_file}",
+                "--use-service-account-credentials=false",
+                "--concurrent-gc-syncs=20",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--v=1",
+            ],
+        )
+
+    def _start_scheduler(self) -> None:
+        self._spawn(
+            "kube-scheduler",
+            [
+                self.binary("kube-scheduler"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports.scheduler}",
+                "--leader-elect=false",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--v=1",
+            ],
+        )
+
+    def _start_kwok(self) -> None:
+        self._spawn(
+            "kwok",
+            [
+                self.binary("kwok"),
+                f"--kubeconfig={self.kubeconfig}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=10.1.0.1",
+                f"--server-address=127.0.0.1:{self.ports.kwok}",
+            ],
+        )
+
+    def _wait_controllers(self) -> None:
+        self._wait_http(
+            "kube-controller-manager",
+            f"https://127.0.0.1:{self.ports.controller_manager}/healthz",
+            timeout=90,
+            tls=True,
+        )
+        self._wait_http(
+            "kube-scheduler",
+            f"https://127.0.0.1:{self.ports.scheduler}/healthz",
+            timeout=90,
+            tls=True,
+        )
+        self._wait_http("kwok", f"http://127.0.0.1:{self.ports.kwok}/healthz", timeout=60)
+        # The service-account controller creating `default` proves the
+        # controller manager is acting on the API, not just listening.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            r = self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False)
+            if r.returncode == 0:
+                return
+            time.sleep(0.5)
+        raise PlaneError("kube-controller-manager did not create the default service account")
+
+    # -- helpers -----------------------------------------------------------
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        ctx.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
+        # Controller-manager and scheduler serve self-signed certificates.
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+    def _wait_http(self, name: str, url: str, *, timeout: float, tls: bool = False) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            proc = self.procs[name]
+            if proc.poll() is not None:
+                raise PlaneError(
+                    f"{name} exited with code {proc.returncode}:\n{self.log_tail(name)}"
+                )
+            try:
+                ctx = self._ssl_context() if tls else None
+                with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as exc:
+                last = str(exc)
+            time.sleep(0.25)
+        raise PlaneError(
+            f"{name} not healthy at {url} after {timeout}s ({last}):\n{self.log_tail(name)}"
+        )
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.logs / f"{name}.log"
+        if not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def env(self) -> dict[str, str]:
+        """Environment for subprocesses that talk to this plane."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["PATH"] = f"{self.bins}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.binary("kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            input=input,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise PlaneError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    def apply(self, manifest: dict[str, Any] | str | Path) -> None:
+        if isinstance(manifest, Path):
+            self.kubectl("apply", "--server-side", "-f", str(manifest))
+            return
+        text = manifest if isinstance(manifest, str) else yaml.safe_dump(manifest)
+        self.kubectl("apply", "--server-side", "-f", "-", input=text)
+
+    def install_crds(self, crd_dir: Path = REPO_ROOT / "crds") -> list[str]:
+        """Applies every CRD in `crd_dir` and waits until each is Established."""
+        files = sorted(crd_dir.glob("*.yaml"))
+        crd_names = [yaml.safe_load(f.read_text())["metadata"]["name"] for f in files]
+        for f in files:
+            self.apply(f)
+        self.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            *(f"crd/{n}" for n in crd_names),
+            timeout=90,
+        )
+        return crd_names
+
+    def add_nodes(self, specs: Sequence[NodeSpec], *, wait: bool = True) -> None:
+        """Creates kwok nodes and waits until kwok reports them Ready."""
+        items = [node_manifest(s) for s in specs]
+        self.kubectl(
+            "create",
+            "-f",
+            "-",
+            input=yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}),
+        )
+        if wait:
+            self.kubectl(
+                "wait",
+                "--for=condition=Ready",
+                "--timeout=60s",
+                *(f"node/{s.name}" for s in specs),
+                timeout=90,
+            )
+
+    def rmtree(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child of ours still answers kill(0); reap it if it is ours.
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return False
+    return True

@@ -1,0 +1,260 @@
+"""API models of vnpu.io/v1alpha1: the one definition of our resources.
+
+The CRD YAML in `crds/` is generated from these classes (see `crdgen`), the
+operator and the agent parse and build objects with them, so the schema the
+API server enforces and the one the code assumes cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from vnpu_operator import names
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+Phase = Literal["Pending", "Ready", "Releasing", "Failed"]
+Health = Literal["Healthy", "Unhealthy", "Unknown"]
+
+# metav1.Condition's own validation, copied so that our CRD enforces the same.
+_CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+_CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+LIST_MAP_BY_TYPE: dict[str, Any] = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["type"],
+}
+
+
+class ApiModel(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown fields ignored so
+    that an older component reads objects written by a newer one."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        frozen=False,
+    )
+
+    def to_api(self) -> dict[str, Any]:
+        """The JSON-ready dict the API server expects (aliases, no nulls)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def now() -> datetime:
+    """Condition timestamps: metav1.Time has whole-second precision."""
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+class Condition(ApiModel):
+    """Shape and validation of metav1.Condition."""
+
+    type: str = Field(max_length=316, pattern=_CONDITION_TYPE_PATTERN)
+    status: ConditionStatus
+    observed_generation: int | None = Field(default=None, ge=0)
+    last_transition_time: datetime
+    reason: str = Field(min_length=1, max_length=1024, pattern=_CONDITION_REASON_PATTERN)
+    message: str = Field(max_length=32768)
+
+
+def set_condition(
+    conditions: list[Condition],
+    type_: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str = "",
+    observed_generation: int | None = None,
+) -> list[Condition]:
+    """Returns conditions with `type_` set; keeps lastTransitionTime unless
+    the status changes, as metav1 conventions require."""
+    out: list[Condition] = []
+    found = False
+    for cond in conditions:
+        if cond.type != type_:
+            out.append(cond)
+            continue
+        found = True
+        ltt = cond.last_transition_time if cond.status == status else now()
+        out.append(
+            Condition(
+                type=type_,
+                status=status,
+                reason=reason,
+                message=message,
+                observed_generation=observed_generation,
+                last_transition_time=ltt,
+            )
+        )
+    if not found:
+        out.append(
+            Condition(
+                type=type_,
+                status=status,
+                reason=reason,
+                message=message,
+                observed_generation=observed_generation,
+                last_transition_time=now(),
+            )
+        )
+    return out
+
+
+def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
+
+
+class ObjectMeta(ApiModel):
+    """The parts of metav1.ObjectMeta our components read."""
+
+    name: str = ""
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    finalizers: list[str] = Field(default_factory=list)
+    owner_references: list[dict[str, Any]] = Field(default_factory=list)
+    deletion_timestamp: datetime | None = None
+    creation_timestamp: datetime | None = None
+
+
+# --------------------------------------------------------------------------
+# VNPUAllocation
+
+
+class VNPUAllocationSpec(ApiModel):
+    """Declared ownership: this pod owns this vNPU on this chip of this node.
+    Immutable: a different placement is a different allocation."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "spec is immutable"}
+            ]
+        }
+    )
+
+    pod_name: str = Field(
+        min_length=1, max_length=253, description="Name of the pod that owns the vNPU."
+    )
+    pod_uid: str = Field(
+        alias="podUID", min_length=1, max_length=64, description="UID of the owning pod."
+    )
+    node_name: str = Field(
+        min_length=1, max_length=253, description="Node whose agent creates the vNPU."
+    )
+    chip: int = Field(ge=0, le=1023, description="Chip index on the node (npu-smi logical id).")
+    template: str = Field(
+        min_length=4,
+        max_length=names.TEMPLATE_MAX_LEN,
+        pattern=names.TEMPLATE_PATTERN,
+        description="vNPU template, e.g. vir05_1c_16g.",
+    )
+    vnpu_id: int = Field(
+        ge=names.VNPU_ID_MIN,
+        le=names.VNPU_ID_MAX,
+        description="vNPU id the agent must create (unique per node).",
+    )
+
+
+class VNPUAllocationStatus(ApiModel):
+    phase: Phase | None = Field(default=None, description="Pending, Ready, Releasing or Failed.")
+    conditions: list[Condition] = Field(
+        default_factory=list, json_schema_extra=LIST_MAP_BY_TYPE, max_length=8
+    )
+    device_path: str | None = Field(default=None, description="Host device node of the vNPU.")
+    observed_generation: int | None = Field(default=None, ge=0)
+    message: str | None = Field(default=None, max_length=32768)
+
+
+class VNPUAllocation(ApiModel):
+    api_version: str = names.API_VERSION
+    kind: str = names.ALLOCATION_KIND
+    metadata: ObjectMeta
+    spec: VNPUAllocationSpec
+    status: VNPUAllocationStatus = Field(default_factory=VNPUAllocationStatus)
+
+
+# --------------------------------------------------------------------------
+# VNPUNode
+
+
+class TemplateResources(ApiModel):
+    """A template a chip offers and what one vNPU of it takes."""
+
+    name: str = Field(max_length=names.TEMPLATE_MAX_LEN, pattern=names.TEMPLATE_PATTERN)
+    aicore: int = Field(ge=0)
+    memory_mb: int = Field(ge=0)
+    aicpu: int = Field(ge=0)
+    media: int = Field(default=0, ge=0, description="Media (DVPP) units the template takes.")
+
+
+class VNPUInfo(ApiModel):
+    """A vNPU present on a chip and who owns it, by declaration."""
+
+    id: int = Field(ge=names.VNPU_ID_MIN, le=names.VNPU_ID_MAX)
+    template: str
+    in_use: bool = Field(default=False, description="Driver's is_container_used flag.")
+    allocation: str | None = Field(
+        default=None, description="namespace/name of the owning allocation; none for orphans."
+    )
+    pod_uid: str | None = Field(default=None, alias="podUID")
+
+
+class ChipStatus(ApiModel):
+    index: int = Field(ge=0)
+    physical_id: int = Field(ge=0)
+    card_id: int = Field(ge=0)
+    device_id: int = Field(ge=0)
+    model: str = Field(min_length=1)
+    health: Health
+    aicore_total: int = Field(ge=0)
+    aicore_free: int = Field(ge=0)
+    memory_total_mb: int = Field(ge=0)
+    memory_free_mb: int = Field(ge=0)
+    aicpu_total: int = Field(ge=0)
+    aicpu_free: int = Field(ge=0)
+    media_total: int = Field(default=0, ge=0)
+    media_free: int = Field(default=0, ge=0)
+    vnpu_id_min: int = Field(ge=names.VNPU_ID_MIN, le=names.VNPU_ID_MAX)
+    vnpu_id_max: int = Field(ge=names.VNPU_ID_MIN, le=names.VNPU_ID_MAX)
+    templates: list[TemplateResources] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    vnpus: list[VNPUInfo] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+    )
+
+
+class VNPUNodeStatus(ApiModel):
+    driver: str | None = Field(default=None, description="Driver backend: sim, npu-smi or dcmi.")
+    chip_count: int = Field(default=0, ge=0)
+    vnpu_count: int = Field(default=0, ge=0)
+    free_aicore: int = Field(default=0, ge=0, alias="freeAICore")
+    chips: list[ChipStatus] = Field(
+        default_factory=list,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["index"],
+        },
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, json_schema_extra=LIST_MAP_BY_TYPE, max_length=8
+    )
+
+
+class VNPUNode(ApiModel):
+    api_version: str = names.API_VERSION
+    kind: str = names.NODE_KIND
+    metadata: ObjectMeta
+    status: VNPUNodeStatus = Field(default_factory=VNPUNodeStatus)

@@ -1,0 +1,90 @@
+"""Every name the system puts on the wire: the one place to look them up.
+
+The operator, the agent, the CRD generator, the chart tests and the demo all
+import from here, so a renamed key cannot drift between components.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# API group and version of our resources.
+GROUP: Final = "vnpu.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+CATEGORY: Final = "vnpu"
+
+# Resources: (kind, plural, singular, short name).
+ALLOCATION_KIND: Final = "VNPUAllocation"
+ALLOCATION_PLURAL: Final = "vnpuallocations"
+ALLOCATION_SINGULAR: Final = "vnpuallocation"
+ALLOCATION_SHORT: Final = "vnpua"
+
+NODE_KIND: Final = "VNPUNode"
+NODE_PLURAL: Final = "vnpunodes"
+NODE_SINGULAR: Final = "vnpunode"
+NODE_SHORT: Final = "vnpun"
+
+# Pod annotations a user sets.
+ANN_TEMPLATE: Final = f"{GROUP}/template"
+ANN_COUNT: Final = f"{GROUP}/count"
+ANN_CHIP_MODEL: Final = f"{GROUP}/chip-model"
+ANN_CONTAINERS: Final = f"{GROUP}/containers"
+
+# What the system sets on a pod.
+ANN_VISIBLE_DEVICES: Final = f"{GROUP}/visible-devices"
+SCHEDULING_GATE: Final = f"{GROUP}/allocation"
+POD_FINALIZER: Final = f"{GROUP}/release"
+ENV_VISIBLE_DEVICES: Final = "ASCEND_VISIBLE_DEVICES"
+ENV_RUNTIME_OPTIONS: Final = "ASCEND_RUNTIME_OPTIONS"
+RUNTIME_OPTIONS_VIRTUAL: Final = "VIRTUAL"
+
+# Labels on VNPUAllocation objects; the agent's watch selects on LABEL_NODE.
+LABEL_NODE: Final = f"{GROUP}/node"
+LABEL_POD_UID: Final = f"{GROUP}/pod-uid"
+
+# Finalizer the agent removes once the vNPU is destroyed.
+ALLOCATION_FINALIZER: Final = f"{GROUP}/vnpu-destroy"
+
+# Condition types.
+COND_READY: Final = "Ready"
+COND_HEALTHY: Final = "Healthy"
+# Pod condition the operator sets while a pod waits for capacity.
+POD_COND_ALLOCATED: Final = f"{GROUP}/Allocated"
+
+# Allocation phases.
+PHASE_PENDING: Final = "Pending"
+PHASE_READY: Final = "Ready"
+PHASE_RELEASING: Final = "Releasing"
+PHASE_FAILED: Final = "Failed"
+PHASES: Final = (PHASE_PENDING, PHASE_READY, PHASE_RELEASING, PHASE_FAILED)
+
+# Liveness of an agent: a Lease per node in the agent's namespace.
+LEASE_PREFIX: Final = "vnpu-agent-"
+
+# Node label the chart's DaemonSet selects NPU nodes by.
+LABEL_NPU_NODE: Final = f"{GROUP}/npu"
+
+# Simulated chips of a node for the sim driver, e.g. "910B3=4,310P3=2".
+ANN_SIM_CHIPS: Final = f"sim.{GROUP}/chips"
+
+# Kopf's own bookkeeping, renamed into our namespace of names.
+KOPF_FINALIZER: Final = f"{GROUP}/operator"
+KOPF_ANNOTATIONS_PREFIX: Final = f"operator.{GROUP}"
+
+# Inclusive vNPU id range the driver accepts (MinVDevID..MaxVDevID-1).
+VNPU_ID_MIN: Final = 100
+VNPU_ID_MAX: Final = 1123
+
+# Template names as the driver prints them: vir05_1c_16g, vir01, vir10_4c_16g_m.
+TEMPLATE_PATTERN: Final = r"^vir[0-9]{2}(_[0-9a-z]+)*$"
+TEMPLATE_MAX_LEN: Final = 31  # TEMPLATE_NAME_LEN 32 including the NUL.
+
+
+def device_path(vnpu_id: int) -> str:
+    """Host device node of a vNPU."""
+    return f"/dev/vdavinci{vnpu_id}"
+
+
+def lease_name(node: str) -> str:
+    return f"{LEASE_PREFIX}{node}"
