@@ -65,10 +65,5 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
         "status": {
             "allocatable": resources,
             "capacity": resources,
-            "nodeInfo": {
-                "kubeletVersion": "fake",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
         },
     }

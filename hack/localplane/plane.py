@@ -404,6 +404,7 @@ class LocalPlane:
                 "--cidr=10.244.0.0/16",
                 "--node-ip=10.1.0.1",
                 f"--server-address=127.0.0.1:{self.ports.kwok}",
+                f"--config={REPO_ROOT / 'hack' / 'plane' / 'kwok-stages.yaml'}",
             ],
         )
 
@@ -479,7 +480,12 @@ class LocalPlane:
         self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [self.binary("kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            [
+                self.binary("kubectl"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--cache-dir={self.workdir / 'kube-cache'}",
+                *args,
+            ],
             capture_output=True,
             text=True,
             input=input,
@@ -509,6 +515,8 @@ class LocalPlane:
             *(f"crd/{n}" for n in crd_names),
             timeout=90,
         )
+        # kubectl's discovery cache predates the new resources and categories.
+        shutil.rmtree(self.workdir / "kube-cache", ignore_errors=True)
         return crd_names
 
     def add_nodes(self, specs: Sequence[NodeSpec], *, wait: bool = True) -> None:

@@ -104,13 +104,13 @@ fi
 
 # Tools whose modules have no replace directives install as they are.
 install_tool() {
-  local name=$1 pkg=$2 version=$3
+  local name=$1 pkg=$2 version=$3 stamp=${4:-}
   step=$((step + 1))
   if need "$name"; then
     log "[$step/$total] $name $version"
     local t=$SECONDS gobin
     gobin=$(mktemp -d)
-    GOBIN="$gobin" run_build "$name" go install -v -trimpath -ldflags "-s -w" "$pkg@$version"
+    GOBIN="$gobin" run_build "$name" go install -v -trimpath -ldflags "-s -w ${stamp:+-X $stamp=$version}" "$pkg@$version"
     mv "$gobin/$name" "$bin_dir/$name"
     rm -rf "$gobin"
     log "[$step/$total] $name built in $((SECONDS - t))s"
@@ -119,8 +119,9 @@ install_tool() {
   fi
 }
 
-install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
-install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+# Version stamps: helm checks its own version against charts' helmVersion.
+install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/pkg/consts.Version
+install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" helm.sh/helm/v3/internal/version.version
 install_tool kubeconform github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION"
 
 log "all binaries ready in $bin_dir ($((SECONDS - start_all))s)"

@@ -39,6 +39,15 @@ ENV_VISIBLE_DEVICES: Final = "ASCEND_VISIBLE_DEVICES"
 ENV_RUNTIME_OPTIONS: Final = "ASCEND_RUNTIME_OPTIONS"
 RUNTIME_OPTIONS_VIRTUAL: Final = "VIRTUAL"
 
+# Admission webhooks: configuration objects, webhook names (FQDNs, as the API
+# server requires) and the HTTP paths the operator serves them on.
+WEBHOOK_CONFIG_NAME: Final = "vnpu-operator"
+WEBHOOK_MUTATE_NAME: Final = f"mutate.pods.{GROUP}"
+WEBHOOK_VALIDATE_NAME: Final = f"validate.pods.{GROUP}"
+WEBHOOK_MUTATE_PATH: Final = "/mutate"
+WEBHOOK_VALIDATE_PATH: Final = "/validate"
+WEBHOOK_HEALTH_PATH: Final = "/healthz"
+
 # Labels on VNPUAllocation objects; the agent's watch selects on LABEL_NODE.
 LABEL_NODE: Final = f"{GROUP}/node"
 LABEL_POD_UID: Final = f"{GROUP}/pod-uid"

@@ -2,6 +2,6 @@
 // sibling modules, which `go install` refuses; requiring it here works.
 module vnpu.io/plane/etcd
 
-go 1.24.0
+go 1.26.0
 
 require go.etcd.io/etcd/server/v3 v3.6.16
