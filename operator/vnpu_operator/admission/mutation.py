@@ -1,0 +1,142 @@
+"""What the mutating webhook adds to a pod that asks for vNPUs, as RFC 6902 ops.
+
+`mutate_pod` of an already mutated pod is empty: the API server may reinvoke
+the webhook (reinvocationPolicy IfNeeded), and the validating webhook uses an
+empty result as proof that the mutation is in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from vnpu_operator import names
+from vnpu_operator.admission.request import (
+    AdmissionError,
+    ContainerRef,
+    parse_request,
+    pod_containers,
+    requests_vnpus,
+)
+
+JsonPatchOp = dict[str, Any]
+
+VISIBLE_DEVICES_FIELD_PATH: Final = f"metadata.annotations['{names.ANN_VISIBLE_DEVICES}']"
+
+
+def visible_devices_env() -> dict[str, Any]:
+    # apiVersion spelled out: the API server defaults it, and the pod we see on
+    # reinvocation must compare equal to what we wrote.
+    return {
+        "name": names.ENV_VISIBLE_DEVICES,
+        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": VISIBLE_DEVICES_FIELD_PATH}},
+    }
+
+
+def runtime_options_env() -> dict[str, Any]:
+    return {"name": names.ENV_RUNTIME_OPTIONS, "value": names.RUNTIME_OPTIONS_VIRTUAL}
+
+
+def json_pointer(*tokens: str | int) -> str:
+    """RFC 6901: "~" and "/" inside a token are escaped, "~" first."""
+    return "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in tokens)
+
+
+def mutate_pod(pod: Mapping[str, Any]) -> list[JsonPatchOp]:
+    """Ops adding the scheduling gate, the finalizer and the env; [] for pods not
+    asking for vNPUs. Raises AnnotationError for a malformed request and
+    AdmissionError for a pod whose fields have the wrong shape."""
+    if not requests_vnpus(pod):
+        return []
+    request = parse_request(pod)
+    metadata = pod.get("metadata")
+    spec = pod.get("spec")
+    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+        raise AdmissionError(["pod has no metadata or no spec"])
+
+    ops = _strip_visible_devices(metadata)
+    ops += _ensure_in_list(
+        spec.get("schedulingGates"),
+        ("spec", "schedulingGates"),
+        {"name": names.SCHEDULING_GATE},
+        lambda item: isinstance(item, dict) and item.get("name") == names.SCHEDULING_GATE,
+    )
+    ops += _ensure_in_list(
+        metadata.get("finalizers"),
+        ("metadata", "finalizers"),
+        names.POD_FINALIZER,
+        lambda item: item == names.POD_FINALIZER,
+    )
+    for ref in _selected(pod, request.containers):
+        container = spec[ref.field][ref.index]
+        ops += _env_ops(ref, container.get("env"))
+    return ops
+
+
+def _strip_visible_devices(metadata: dict[str, Any]) -> list[JsonPatchOp]:
+    # Only the operator may say which devices a pod gets: a value the user set at
+    # creation would reach the containers through the downward API.
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, dict) and names.ANN_VISIBLE_DEVICES in annotations:
+        path = json_pointer("metadata", "annotations", names.ANN_VISIBLE_DEVICES)
+        return [{"op": "remove", "path": path}]
+    return []
+
+
+def _ensure_in_list(
+    current: object, path: tuple[str, ...], item: object, present: Callable[[object], bool]
+) -> list[JsonPatchOp]:
+    if current is None:
+        return [{"op": "add", "path": json_pointer(*path), "value": [item]}]
+    if not isinstance(current, list):
+        raise AdmissionError([f"{'.'.join(path)} is not a list"])
+    if any(present(existing) for existing in current):
+        return []
+    return [{"op": "add", "path": json_pointer(*path, "-"), "value": item}]
+
+
+def _selected(pod: Mapping[str, Any], wanted: tuple[str, ...] | None) -> list[ContainerRef]:
+    refs = pod_containers(pod)
+    if wanted is None:
+        return refs
+    return [ref for ref in refs if ref.name in wanted]
+
+
+def _env_ops(ref: ContainerRef, env: object) -> list[JsonPatchOp]:
+    base = ("spec", ref.field, ref.index, "env")
+    wanted = [visible_devices_env(), runtime_options_env()]
+    if env is None:
+        return [{"op": "add", "path": json_pointer(*base), "value": wanted}]
+    if not isinstance(env, list):
+        raise AdmissionError([f"spec.{ref.field}[{ref.index}].env is not a list"])
+
+    # The system owns these variables: a user-set value is replaced, and later
+    # duplicates (the kubelet lets the last one win) are removed.
+    positions = {
+        w["name"]: [
+            i for i, e in enumerate(env) if isinstance(e, dict) and e.get("name") == w["name"]
+        ]
+        for w in wanted
+    }
+    doomed = sorted((i for found in positions.values() for i in found[1:]), reverse=True)
+    ops: list[JsonPatchOp] = [{"op": "remove", "path": json_pointer(*base, i)} for i in doomed]
+    for entry in wanted:
+        found = positions[entry["name"]]
+        if not found:
+            ops.append({"op": "add", "path": json_pointer(*base, "-"), "value": entry})
+        elif _normalized(env[found[0]]) != _normalized(entry):
+            # Removals above shift the first occurrence down by those before it.
+            index = found[0] - sum(1 for i in doomed if i < found[0])
+            ops.append({"op": "replace", "path": json_pointer(*base, index), "value": entry})
+    return ops
+
+
+def _normalized(entry: dict[str, Any]) -> dict[str, Any]:
+    """An env entry as the API server stores it: empty fields dropped and the
+    fieldRef apiVersion defaulted, so that stored and written forms compare equal."""
+    out = {k: v for k, v in entry.items() if v not in (None, "", {})}
+    value_from = out.get("valueFrom")
+    if isinstance(value_from, dict) and isinstance(value_from.get("fieldRef"), dict):
+        field_ref = {"apiVersion": "v1", **value_from["fieldRef"]}
+        out["valueFrom"] = {**value_from, "fieldRef": field_ref}
+    return out

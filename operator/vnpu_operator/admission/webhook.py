@@ -1,0 +1,219 @@
+"""HTTP side of the admission webhooks: AdmissionReview (admission.k8s.io/v1) in and out.
+
+The decisions are plain functions; the aiohttp handlers only decode, guard and
+encode, so a malformed review gets a 400 and an unexpected error a 500, never a
+dead server.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import web
+
+from vnpu_operator import names
+from vnpu_operator.admission.mutation import JsonPatchOp, mutate_pod
+from vnpu_operator.admission.offered import OfferedTemplates
+from vnpu_operator.admission.request import AdmissionError, requests_vnpus
+from vnpu_operator.admission.validation import validate_pod
+
+log = logging.getLogger(__name__)
+
+ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"
+ADMISSION_KIND: Final = "AdmissionReview"
+# A pod of many containers stays far below this; the API server caps objects at ~3 MiB.
+MAX_BODY_BYTES: Final = 4 * 1024 * 1024
+
+# Returns what the cluster offers now, or None while the operator's inventory is
+# not synced yet (see validate_pod).
+OfferedSource = Callable[[], OfferedTemplates | None]
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    problems: list[str] = field(default_factory=list)
+    patch: list[JsonPatchOp] = field(default_factory=list)
+
+
+def decide_mutation(pod: Mapping[str, Any], offered: OfferedTemplates | None) -> Decision:
+    """Rejects here already, with the same messages as the validating webhook:
+    the mutating webhook runs first, and a patch of a bad pod would be wasted."""
+    if not requests_vnpus(pod):
+        return Decision(allowed=True)
+    problems = validate_pod(pod, offered)
+    if problems:
+        return Decision(allowed=False, problems=problems)
+    try:
+        return Decision(allowed=True, patch=mutate_pod(pod))
+    except AdmissionError as exc:
+        return Decision(allowed=False, problems=list(exc.problems))
+
+
+def decide_validation(pod: Mapping[str, Any], offered: OfferedTemplates | None) -> Decision:
+    """Also requires the mutation to be in place: a pod without the gate could
+    start before its vNPUs exist (another webhook may have undone ours)."""
+    if not requests_vnpus(pod):
+        return Decision(allowed=True)
+    problems = validate_pod(pod, offered)
+    if problems:
+        return Decision(allowed=False, problems=problems)
+    try:
+        missing = mutate_pod(pod)
+    except AdmissionError as exc:
+        return Decision(allowed=False, problems=list(exc.problems))
+    if missing:
+        paths = ", ".join(dict.fromkeys(op["path"] for op in missing))
+        return Decision(
+            allowed=False,
+            problems=[
+                f"the pod lacks what webhook {names.WEBHOOK_MUTATE_NAME} adds (scheduling gate, "
+                f"finalizer, env) at {paths}; is MutatingWebhookConfiguration "
+                f"{names.WEBHOOK_CONFIG_NAME} installed, or did a later webhook undo it?"
+            ],
+        )
+    return Decision(allowed=True)
+
+
+def create_app(offered: OfferedSource) -> web.Application:
+    """POST /mutate, POST /validate, GET /healthz. TLS is the caller's: the
+    API server only calls https endpoints."""
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    hooks = _Hooks(offered)
+    app.router.add_post(names.WEBHOOK_MUTATE_PATH, hooks.mutate)
+    app.router.add_post(names.WEBHOOK_VALIDATE_PATH, hooks.validate)
+    app.router.add_get(names.WEBHOOK_HEALTH_PATH, _healthz)
+    return app
+
+
+class BadReviewError(ValueError):
+    """The body is not an AdmissionReview we can answer."""
+
+
+@dataclass(frozen=True)
+class ReviewRequest:
+    """The parts of AdmissionReview.request the webhooks read."""
+
+    uid: str
+    namespace: str
+    operation: str
+    kind: str
+    sub_resource: str
+    obj: Any
+
+
+Decide = Callable[[Mapping[str, Any], OfferedTemplates | None], Decision]
+
+
+class _Hooks:
+    def __init__(self, offered: OfferedSource) -> None:
+        self._offered = offered
+
+    async def mutate(self, request: web.Request) -> web.Response:
+        return await self._handle(request, decide_mutation)
+
+    async def validate(self, request: web.Request) -> web.Response:
+        return await self._handle(request, decide_validation)
+
+    async def _handle(self, request: web.Request, decide: Decide) -> web.Response:
+        try:
+            review = parse_review(await request.read())
+        except BadReviewError as exc:
+            return web.Response(status=400, text=f"bad AdmissionReview: {exc}\n")
+        try:
+            decision = self._decide(review, decide)
+        except Exception:
+            log.exception("admission of review %s failed", review.uid)
+            return web.Response(status=500, text="internal error; see the vnpu-operator log\n")
+        if not decision.allowed:
+            log.info(
+                "denied pod %s/%s (review %s): %s",
+                review.namespace or "?",
+                _pod_name(review.obj),
+                review.uid,
+                "; ".join(decision.problems),
+            )
+        return web.json_response(review_response(review.uid, decision))
+
+    def _decide(self, review: ReviewRequest, decide: Decide) -> Decision:
+        # Only pod creation is ours; anything else the configuration let through
+        # by mistake passes untouched rather than failing closed on foreign objects.
+        if review.operation != "CREATE" or review.kind != "Pod" or review.sub_resource:
+            return Decision(allowed=True)
+        return decide(review.obj, self._current_offer())
+
+    def _current_offer(self) -> OfferedTemplates | None:
+        try:
+            return self._offered()
+        except Exception:
+            # Checks against the cluster are skipped, as while the inventory syncs;
+            # placement still refuses templates nobody offers.
+            log.exception("reading the offered templates failed")
+            return None
+
+
+def parse_review(body: bytes) -> ReviewRequest:
+    """Raises BadReviewError naming the first thing wrong with the body."""
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:  # includes UnicodeDecodeError
+        raise BadReviewError(f"body is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadReviewError("body is not a JSON object")
+    if doc.get("apiVersion") != ADMISSION_API_VERSION or doc.get("kind") != ADMISSION_KIND:
+        raise BadReviewError(
+            f"expected apiVersion {ADMISSION_API_VERSION} kind {ADMISSION_KIND}, got "
+            f"{doc.get('apiVersion')!r} {doc.get('kind')!r}"
+        )
+    req = doc.get("request")
+    if not isinstance(req, dict):
+        raise BadReviewError("request is missing")
+    uid = req.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReviewError("request.uid is missing")
+    kind = req.get("kind")
+    operation = req.get("operation")
+    sub_resource = req.get("subResource") or ""
+    if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
+        raise BadReviewError("request.kind is missing")
+    if not isinstance(operation, str) or not isinstance(sub_resource, str):
+        raise BadReviewError("request.operation is missing")
+    obj = req.get("object")
+    if operation == "CREATE" and not isinstance(obj, dict):
+        raise BadReviewError("request.object of a CREATE is not an object")
+    namespace = req.get("namespace")
+    namespace = namespace if isinstance(namespace, str) else ""
+    return ReviewRequest(uid, namespace, operation, kind["kind"], sub_resource, obj)
+
+
+def review_response(uid: str, decision: Decision) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        response["status"] = {
+            "status": "Failure",
+            "code": 422,
+            "reason": "Invalid",
+            "message": "\n".join(decision.problems),
+        }
+    if decision.patch:
+        patch = json.dumps(decision.patch, separators=(",", ":")).encode()
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(patch).decode("ascii")
+    return {"apiVersion": ADMISSION_API_VERSION, "kind": ADMISSION_KIND, "response": response}
+
+
+def _pod_name(pod: object) -> str:
+    # At creation a pod may have only generateName; the API server names it later.
+    metadata = pod.get("metadata") if isinstance(pod, dict) else None
+    if not isinstance(metadata, dict):
+        return "?"
+    return str(metadata.get("name") or f"{metadata.get('generateName') or ''}*")
+
+
+async def _healthz(_: web.Request) -> web.Response:
+    return web.Response(text="ok\n")

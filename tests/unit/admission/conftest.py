@@ -1,0 +1,53 @@
+"""Shared builders of admission tests: pods as the API server sends them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from vnpu_operator import names
+from vnpu_operator.admission import OfferedTemplates
+
+PodFactory = Callable[..., dict[str, Any]]
+
+
+def _container(spec: str | dict[str, Any]) -> dict[str, Any]:
+    return {"name": spec, "image": "busybox"} if isinstance(spec, str) else spec
+
+
+def build_pod(
+    annotations: dict[str, Any] | None = None,
+    containers: Sequence[str | dict[str, Any]] = ("app",),
+    init_containers: Sequence[str | dict[str, Any]] = (),
+    template: str | None = "vir05_1c_16g",
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod asking for `template` (None: not asking) plus `annotations`."""
+    all_annotations = {} if template is None else {names.ANN_TEMPLATE: template}
+    all_annotations.update(annotations or {})
+    pod_spec: dict[str, Any] = {"containers": [_container(c) for c in containers], **spec}
+    if init_containers:
+        pod_spec["initContainers"] = [_container(c) for c in init_containers]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train-0", "namespace": "ml", "annotations": all_annotations},
+        "spec": pod_spec,
+    }
+
+
+@pytest.fixture
+def make_pod() -> PodFactory:
+    return build_pod
+
+
+@pytest.fixture
+def offered() -> OfferedTemplates:
+    return OfferedTemplates(
+        {
+            "910B3": frozenset({"vir05_1c_16g", "vir10_3c_32g"}),
+            "310P3": frozenset({"vir01", "vir02", "vir04"}),
+        }
+    )

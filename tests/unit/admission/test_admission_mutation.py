@@ -1,0 +1,215 @@
+"""mutate_pod: the ops are right, apply cleanly (jsonpatch, an independent RFC 6902
+implementation) and are idempotent."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from vnpu_operator import names
+from vnpu_operator.admission import AdmissionError, AnnotationError, mutate_pod
+from vnpu_operator.admission.mutation import (
+    VISIBLE_DEVICES_FIELD_PATH,
+    json_pointer,
+    runtime_options_env,
+    visible_devices_env,
+)
+
+PodFactory = Callable[..., dict[str, Any]]
+
+VISIBLE = visible_devices_env()
+RUNTIME = runtime_options_env()
+
+
+def _apply(pod: dict[str, Any]) -> dict[str, Any]:
+    """Mutates `pod` twice; the second pass must find nothing left to do."""
+    ops = mutate_pod(pod)
+    patched: dict[str, Any] = jsonpatch.apply_patch(pod, ops)
+    assert mutate_pod(patched) == []
+    assert jsonpatch.apply_patch(patched, mutate_pod(patched)) == patched
+    return patched
+
+
+def _env(pod: dict[str, Any], field: str, index: int) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = pod["spec"][field][index].get("env", [])
+    return env
+
+
+def test_env_values_are_what_the_ascend_runtime_reads() -> None:
+    assert VISIBLE == {
+        "name": "ASCEND_VISIBLE_DEVICES",
+        "valueFrom": {
+            "fieldRef": {
+                "apiVersion": "v1",
+                "fieldPath": "metadata.annotations['vnpu.io/visible-devices']",
+            }
+        },
+    }
+    assert RUNTIME == {"name": "ASCEND_RUNTIME_OPTIONS", "value": "VIRTUAL"}
+    assert f"metadata.annotations['{names.ANN_VISIBLE_DEVICES}']" == VISIBLE_DEVICES_FIELD_PATH
+
+
+def test_json_pointer_escapes_tilde_then_slash() -> None:
+    assert json_pointer("metadata", "annotations", "vnpu.io/visible-devices") == (
+        "/metadata/annotations/vnpu.io~1visible-devices"
+    )
+    assert json_pointer("a~/b", 0, "-") == "/a~0~1b/0/-"
+
+
+def test_plain_pod_gets_gate_finalizer_and_env(make_pod: PodFactory) -> None:
+    pod = make_pod()
+    assert mutate_pod(pod) == [
+        {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": "vnpu.io/allocation"}]},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["vnpu.io/release"]},
+        {"op": "add", "path": "/spec/containers/0/env", "value": [VISIBLE, RUNTIME]},
+    ]
+    patched = _apply(pod)
+    assert patched["spec"]["schedulingGates"] == [{"name": names.SCHEDULING_GATE}]
+    assert patched["metadata"]["finalizers"] == [names.POD_FINALIZER]
+
+
+def test_pod_not_asking_is_untouched(make_pod: PodFactory) -> None:
+    assert mutate_pod(make_pod(template=None)) == []
+
+
+def test_existing_gates_finalizers_and_env_are_kept(make_pod: PodFactory) -> None:
+    app = {"name": "app", "env": [{"name": "HOME", "value": "/root"}]}
+    pod = make_pod(containers=[app], schedulingGates=[{"name": "other.io/gate"}])
+    pod["metadata"]["finalizers"] = ["other.io/keep"]
+    patched = _apply(pod)
+    assert patched["spec"]["schedulingGates"] == [
+        {"name": "other.io/gate"},
+        {"name": names.SCHEDULING_GATE},
+    ]
+    assert patched["metadata"]["finalizers"] == ["other.io/keep", names.POD_FINALIZER]
+    assert _env(patched, "containers", 0) == [{"name": "HOME", "value": "/root"}, VISIBLE, RUNTIME]
+
+
+def test_already_gated_pod_gets_no_second_gate(make_pod: PodFactory) -> None:
+    pod = make_pod(schedulingGates=[{"name": names.SCHEDULING_GATE}])
+    pod["metadata"]["finalizers"] = [names.POD_FINALIZER]
+    ops = mutate_pod(pod)
+    assert [op["path"] for op in ops] == ["/spec/containers/0/env"]
+
+
+def test_null_lists_are_created(make_pod: PodFactory) -> None:
+    pod = make_pod(containers=[{"name": "app", "env": None}], schedulingGates=None)
+    pod["metadata"]["finalizers"] = None
+    patched = _apply(pod)
+    assert patched["spec"]["schedulingGates"] == [{"name": names.SCHEDULING_GATE}]
+    assert _env(patched, "containers", 0) == [VISIBLE, RUNTIME]
+
+
+def test_init_containers_get_env_by_default(make_pod: PodFactory) -> None:
+    patched = _apply(make_pod(containers=["a", "b"], init_containers=["setup"]))
+    for field, index in [("initContainers", 0), ("containers", 0), ("containers", 1)]:
+        assert _env(patched, field, index) == [VISIBLE, RUNTIME]
+
+
+def test_only_named_containers_get_env(make_pod: PodFactory) -> None:
+    pod = make_pod(
+        {names.ANN_CONTAINERS: "trainer,setup"},
+        containers=["sidecar", "trainer"],
+        init_containers=["setup", "fetch"],
+    )
+    patched = _apply(pod)
+    assert _env(patched, "containers", 1) == [VISIBLE, RUNTIME]
+    assert _env(patched, "initContainers", 0) == [VISIBLE, RUNTIME]
+    assert _env(patched, "containers", 0) == []
+    assert _env(patched, "initContainers", 1) == []
+
+
+def test_user_values_of_system_env_are_replaced(make_pod: PodFactory) -> None:
+    env = [
+        {"name": "ASCEND_RUNTIME_OPTIONS", "value": "NODRV"},
+        {"name": "KEEP", "value": "1"},
+        {"name": "ASCEND_VISIBLE_DEVICES", "value": "0,1,2,3"},
+    ]
+    pod = make_pod(containers=[{"name": "app", "env": env}])
+    assert mutate_pod(pod)[2:] == [
+        {"op": "replace", "path": "/spec/containers/0/env/2", "value": VISIBLE},
+        {"op": "replace", "path": "/spec/containers/0/env/0", "value": RUNTIME},
+    ]
+    assert _env(_apply(pod), "containers", 0) == [RUNTIME, {"name": "KEEP", "value": "1"}, VISIBLE]
+
+
+def test_duplicate_system_env_entries_are_removed(make_pod: PodFactory) -> None:
+    env = [
+        {"name": "ASCEND_VISIBLE_DEVICES", "value": "0"},
+        {"name": "A", "value": "a"},
+        {"name": "ASCEND_VISIBLE_DEVICES", "value": "1"},
+        {"name": "ASCEND_RUNTIME_OPTIONS", "value": "X"},
+        {"name": "ASCEND_VISIBLE_DEVICES", "value": "2"},
+        {"name": "ASCEND_RUNTIME_OPTIONS", "value": "VIRTUAL"},
+    ]
+    pod = make_pod(containers=[{"name": "app", "env": env}])
+    assert _env(_apply(pod), "containers", 0) == [VISIBLE, {"name": "A", "value": "a"}, RUNTIME]
+
+
+def test_defaulted_field_ref_counts_as_ours(make_pod: PodFactory) -> None:
+    # The API server may hand us back the env without apiVersion or with empty
+    # fields; that is still our value and must not be rewritten on reinvocation.
+    visible = {
+        "name": "ASCEND_VISIBLE_DEVICES",
+        "value": "",
+        "valueFrom": {"fieldRef": {"fieldPath": VISIBLE_DEVICES_FIELD_PATH}},
+    }
+    pod = make_pod(
+        containers=[{"name": "app", "env": [visible, RUNTIME]}],
+        schedulingGates=[{"name": names.SCHEDULING_GATE}],
+    )
+    pod["metadata"]["finalizers"] = [names.POD_FINALIZER]
+    assert mutate_pod(pod) == []
+
+
+def test_user_set_visible_devices_annotation_is_removed(make_pod: PodFactory) -> None:
+    pod = make_pod({names.ANN_VISIBLE_DEVICES: "100,101"})
+    ops = mutate_pod(pod)
+    assert ops[0] == {"op": "remove", "path": "/metadata/annotations/vnpu.io~1visible-devices"}
+    patched = _apply(pod)
+    assert names.ANN_VISIBLE_DEVICES not in patched["metadata"]["annotations"]
+    assert patched["metadata"]["annotations"][names.ANN_TEMPLATE] == "vir05_1c_16g"
+
+
+def test_mutation_does_not_modify_its_input(make_pod: PodFactory) -> None:
+    pod = make_pod(init_containers=["setup"])
+    before = copy.deepcopy(pod)
+    mutate_pod(pod)
+    assert pod == before
+
+
+def test_bad_annotations_raise_annotation_error(make_pod: PodFactory) -> None:
+    with pytest.raises(AnnotationError, match=re.escape('vnpu.io/count "x" is not a whole number')):
+        mutate_pod(make_pod({names.ANN_COUNT: "x"}))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"schedulingGates": {"name": "x"}}, "spec.schedulingGates is not a list"),
+        ({"containers": [{"name": "app", "env": "A=1"}]}, "spec.containers[0].env is not a list"),
+    ],
+)
+def test_wrong_shapes_raise_admission_error(
+    make_pod: PodFactory, spec: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(AdmissionError, match=re.escape(message)):
+        mutate_pod(make_pod(**spec))
+
+
+def test_pod_without_spec_raises_admission_error() -> None:
+    pod = {"metadata": {"annotations": {names.ANN_TEMPLATE: "vir01"}}}
+    with pytest.raises(AdmissionError, match="pod has no metadata or no spec"):
+        mutate_pod(pod)
+
+
+def test_finalizers_not_a_list_raise(make_pod: PodFactory) -> None:
+    pod = make_pod()
+    pod["metadata"]["finalizers"] = "vnpu.io/release"
+    with pytest.raises(AdmissionError, match=r"metadata\.finalizers is not a list"):
+        mutate_pod(pod)
