@@ -1,0 +1,112 @@
+"""Agent configuration: flags and `VNPU_*` environment variables.
+
+Flags win over environment variables, which win over defaults. Bad values
+fail at start with pydantic's message naming the setting, never later.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DriverKind = Literal["sim", "npu-smi", "dcmi"]
+ForeignPolicy = Literal["keep", "collect"]
+
+
+class AgentSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VNPU_", extra="forbid")
+
+    node_name: str = Field(
+        default="",
+        description="Node this agent serves (from the downward API in the DaemonSet).",
+    )
+    simulate_nodes: list[str] = Field(
+        default_factory=list,
+        description="Serve several simulated nodes in one process (sim driver only).",
+    )
+    driver: DriverKind = "sim"
+    namespace: str = Field(default="vnpu-system", description="Namespace of the agent's Leases.")
+    kubeconfig: Path | None = Field(default=None, description="Out-of-cluster kubeconfig.")
+    state_dir: Path = Field(
+        default=Path("/var/lib/vnpu-agent"),
+        description="Agent state: vNPUs it created; sim driver state.",
+    )
+    cdi_dir: Path = Field(default=Path("/var/run/cdi"), description="Where CDI specs go.")
+    sim_chips: str = Field(
+        default="",
+        description="Simulated chips when the node has no sim.vnpu.io/chips annotation, "
+        "e.g. 910B3=4,310P3=2.",
+    )
+    npu_smi_path: str = "npu-smi"
+    dcmi_library: str = "libdcmi.so"
+    driver_timeout_seconds: float = Field(default=30.0, gt=0)
+
+    resync_seconds: float = Field(
+        default=30.0, gt=0, description="Driver/allocation reconcile, GC and health interval."
+    )
+    gc_grace_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        description="How long an unreferenced, unused vNPU must stay so before it is destroyed.",
+    )
+    foreign_vnpu_policy: ForeignPolicy = Field(
+        default="keep",
+        description="vNPUs this agent did not create: keep (report only) or collect like orphans.",
+    )
+    inventory_min_interval_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="Coalesce VNPUNode status writes: at most one per interval.",
+    )
+    lease_duration_seconds: int = Field(default=40, ge=5)
+    watch_timeout_seconds: int = Field(
+        default=300, ge=10, description="Server-side watch timeout; a silent stream is re-listed."
+    )
+    retry_max_seconds: float = Field(default=30.0, gt=0, description="Backoff ceiling.")
+
+    metrics_port: int = Field(default=9101, ge=0, le=65535)
+    metrics_host: str = "0.0.0.0"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("simulate_nodes", mode="before")
+    @classmethod
+    def _split_nodes(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [n.strip() for n in value.split(",") if n.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> AgentSettings:
+        if self.simulate_nodes and self.driver != "sim":
+            raise ValueError("simulate_nodes needs driver=sim")
+        if not self.simulate_nodes and not self.node_name:
+            raise ValueError("node_name is required (flag --node-name or VNPU_NODE_NAME)")
+        return self
+
+    @property
+    def nodes(self) -> list[str]:
+        return self.simulate_nodes or [self.node_name]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> AgentSettings:
+    """Settings from flags over environment; exits with a clear message on bad values."""
+    parser = argparse.ArgumentParser(
+        prog="vnpu-agent", description="vnpu-operator node agent", argument_default=None
+    )
+    for name, field in AgentSettings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, dest=name, default=None, help=field.description)
+    args = parser.parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if v is not None}
+    try:
+        return AgentSettings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        parser.error(problems)

@@ -1,0 +1,92 @@
+"""The VNPUNode status an agent publishes: chips, offered templates, free
+capacity and every vNPU present with the allocation that owns it (by
+declaration) or none."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from vnpu_agent.drivers.base import VNPU, ChipInfo, TemplateSpec
+from vnpu_operator.api.models import (
+    ChipStatus,
+    Condition,
+    TemplateResources,
+    VNPUInfo,
+    VNPUNodeStatus,
+)
+
+
+def owners(allocations: Iterable[Mapping[str, Any]]) -> dict[int, tuple[str, str | None]]:
+    """vNPU id -> (namespace/name, pod UID) of the allocation declaring it."""
+    out: dict[int, tuple[str, str | None]] = {}
+    for obj in allocations:
+        meta, spec = obj.get("metadata", {}), obj.get("spec", {})
+        vnpu_id = spec.get("vnpuId")
+        if isinstance(vnpu_id, int):
+            out[vnpu_id] = (f"{meta.get('namespace')}/{meta.get('name')}", spec.get("podUID"))
+    return out
+
+
+def build_status(
+    *,
+    driver: str,
+    chips: list[ChipInfo],
+    templates: Mapping[int, list[TemplateSpec]],
+    vnpus: Mapping[int, VNPU],
+    allocations: Iterable[Mapping[str, Any]],
+    conditions: list[Condition],
+) -> dict[str, Any]:
+    owner_of = owners(allocations)
+    chip_statuses = []
+    for chip in sorted(chips, key=lambda c: c.index):
+        present = sorted((v for v in vnpus.values() if v.chip == chip.index), key=lambda v: v.id)
+        chip_statuses.append(
+            ChipStatus(
+                index=chip.index,
+                physical_id=chip.physical_id,
+                card_id=chip.card_id,
+                device_id=chip.device_id,
+                model=chip.model,
+                health="Healthy" if chip.healthy else "Unhealthy",
+                aicore_total=chip.aicore_total,
+                aicore_free=chip.aicore_free,
+                memory_total_mb=chip.memory_total_mb,
+                memory_free_mb=chip.memory_free_mb,
+                aicpu_total=chip.aicpu_total,
+                aicpu_free=chip.aicpu_free,
+                media_total=chip.media_total,
+                media_free=chip.media_free,
+                vnpu_id_min=chip.vnpu_id_min,
+                vnpu_id_max=chip.vnpu_id_max,
+                templates=[
+                    TemplateResources(
+                        name=t.name,
+                        aicore=t.aicore,
+                        memory_mb=t.memory_mb,
+                        aicpu=t.aicpu,
+                        media=t.media,
+                    )
+                    for t in templates.get(chip.index, [])
+                ],
+                vnpus=[
+                    VNPUInfo(
+                        id=v.id,
+                        template=v.template,
+                        in_use=v.in_use,
+                        allocation=owner_of.get(v.id, (None, None))[0],
+                        pod_uid=owner_of.get(v.id, (None, None))[1],
+                    )
+                    for v in present
+                ],
+            )
+        )
+    status = VNPUNodeStatus(
+        driver=driver,
+        chip_count=len(chip_statuses),
+        vnpu_count=sum(len(c.vnpus) for c in chip_statuses),
+        free_aicore=sum(c.aicore_free for c in chip_statuses if c.health == "Healthy"),
+        chips=chip_statuses,
+        conditions=conditions,
+    )
+    return status.to_api()

@@ -1,0 +1,188 @@
+"""The agent's writes to the API server, each one request.
+
+Kept in one place so that the API economy (writes per pod lifecycle) is easy
+to audit: a status patch, a finalizer removal, the VNPUNode status, the
+Lease, and Events for what a user must see.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from vnpu_operator import names
+
+log = logging.getLogger(__name__)
+
+# The client would pick json-patch for a dict body on custom objects; the
+# runtime accepts `_content_type` although its stubs do not list it, hence
+# these calls go through `_untyped`.
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+async def _untyped(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+    return await fn(*args, **kwargs)
+
+
+class AgentApi:
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.namespace = namespace
+        self.writes = 0
+
+    async def patch_allocation_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> None:
+        self.writes += 1
+        await _untyped(
+            self.custom.patch_namespaced_custom_object_status,
+            names.GROUP,
+            names.VERSION,
+            namespace,
+            names.ALLOCATION_PLURAL,
+            name,
+            {"status": status},
+            _content_type=MERGE,
+        )
+
+    async def remove_finalizer(self, obj: dict[str, Any]) -> None:
+        """JSON patch with a `test`, so a concurrent change to the list
+        fails the request instead of being overwritten."""
+        meta = obj["metadata"]
+        finalizers: list[str] = meta.get("finalizers") or []
+        if names.ALLOCATION_FINALIZER not in finalizers:
+            return
+        index = finalizers.index(names.ALLOCATION_FINALIZER)
+        path = f"/metadata/finalizers/{index}"
+        self.writes += 1
+        try:
+            await _untyped(
+                self.custom.patch_namespaced_custom_object,
+                names.GROUP,
+                names.VERSION,
+                meta["namespace"],
+                names.ALLOCATION_PLURAL,
+                meta["name"],
+                [
+                    {"op": "test", "path": path, "value": names.ALLOCATION_FINALIZER},
+                    {"op": "remove", "path": path},
+                ],
+                _content_type=JSON_PATCH,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def publish_node_status(self, node: str, status: dict[str, Any]) -> None:
+        try:
+            self.writes += 1
+            await _untyped(
+                self.custom.patch_cluster_custom_object_status,
+                names.GROUP,
+                names.VERSION,
+                names.NODE_PLURAL,
+                node,
+                {"status": status},
+                _content_type=MERGE,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = {
+                "apiVersion": names.API_VERSION,
+                "kind": names.NODE_KIND,
+                "metadata": {"name": node, "labels": {names.LABEL_NODE: node}},
+            }
+            self.writes += 2
+            await self.custom.create_cluster_custom_object(
+                names.GROUP, names.VERSION, names.NODE_PLURAL, body
+            )
+            await _untyped(
+                self.custom.patch_cluster_custom_object_status,
+                names.GROUP,
+                names.VERSION,
+                names.NODE_PLURAL,
+                node,
+                {"status": status},
+                _content_type=MERGE,
+            )
+
+    async def renew_lease(self, node: str, duration: int) -> None:
+        now = dt.datetime.now(dt.UTC)
+        name = names.lease_name(node)
+        spec = client.V1LeaseSpec(
+            holder_identity=node, lease_duration_seconds=duration, renew_time=now
+        )
+        self.writes += 1
+        try:
+            await _untyped(
+                self.coordination.patch_namespaced_lease,
+                name,
+                self.namespace,
+                {
+                    "spec": {
+                        "holderIdentity": node,
+                        "leaseDurationSeconds": duration,
+                        "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                    }
+                },
+                _content_type=MERGE,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            spec.acquire_time = now
+            await self.coordination.create_namespaced_lease(
+                self.namespace,
+                client.V1Lease(
+                    metadata=client.V1ObjectMeta(name=name, labels={names.LABEL_NODE: node}),
+                    spec=spec,
+                ),
+            )
+
+    async def event(
+        self,
+        involved: dict[str, Any],
+        *,
+        type_: str,
+        reason: str,
+        message: str,
+        node: str,
+    ) -> None:
+        """Best effort: a lost Event must never fail the work it reports."""
+        meta = involved.get("metadata", {})
+        namespace = meta.get("namespace") or "default"
+        now = dt.datetime.now(dt.UTC)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta.get('name', 'vnpu')}."),
+            involved_object=client.V1ObjectReference(
+                api_version=involved.get("apiVersion"),
+                kind=involved.get("kind"),
+                name=meta.get("name"),
+                namespace=meta.get("namespace"),
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+            ),
+            type=type_,
+            reason=reason,
+            message=message[:1024],
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            source=client.V1EventSource(component="vnpu-agent", host=node),
+            reporting_component="vnpu.io/agent",
+            reporting_instance=node,
+        )
+        self.writes += 1
+        try:
+            await self.core.create_namespaced_event(namespace, body)
+        except ApiException as exc:
+            log.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc.reason)

@@ -1,0 +1,188 @@
+"""`vnpu-agent`: serves one node (DaemonSet) or many simulated nodes (demo,
+benchmarks) from one process, with one shared allocation watch."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from vnpu_agent.config import AgentSettings, parse_args
+from vnpu_agent.drivers.base import Driver
+from vnpu_agent.kubeapi import AgentApi
+from vnpu_agent.metrics import AgentMetrics
+from vnpu_agent.node import NodeAgent
+from vnpu_agent.watcher import AllocationWatcher
+from vnpu_operator import names
+
+log = logging.getLogger("vnpu_agent")
+
+
+async def _sim_layout(core: client.CoreV1Api, node: str, fallback: str) -> str:
+    """The node's simulated chips: its annotation, else the configured layout."""
+    try:
+        obj = await core.read_node(node)
+        layout = (obj.metadata.annotations or {}).get(names.ANN_SIM_CHIPS)
+        if layout:
+            return str(layout)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    if not fallback:
+        raise SystemExit(
+            f"vnpu-agent: node {node} has no {names.ANN_SIM_CHIPS} annotation and no "
+            "--sim-chips was given; cannot simulate its chips"
+        )
+    return fallback
+
+
+async def build_driver(settings: AgentSettings, core: client.CoreV1Api, node: str) -> Driver:
+    if settings.driver == "sim":
+        from vnpu_agent.drivers.sim import SimDriver
+
+        layout = await _sim_layout(core, node, settings.sim_chips)
+        state = settings.state_dir / node / "sim" / "state.json"
+        state.parent.mkdir(parents=True, exist_ok=True)
+        return SimDriver(state, layout)
+    from vnpu_agent.drivers import make_driver
+
+    options: dict[str, Any] = {"timeout": settings.driver_timeout_seconds}
+    if settings.driver == "npu-smi":
+        options["executable"] = settings.npu_smi_path
+    else:
+        options["library"] = settings.dcmi_library
+    return make_driver(settings.driver, **options)
+
+
+class Agent:
+    """All node agents of this process, their watch, Leases and HTTP port."""
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+        self.metrics = AgentMetrics()
+        self.nodes: dict[str, NodeAgent] = {}
+        self.watcher: AllocationWatcher | None = None
+        self.api_client: client.ApiClient | None = None
+
+    async def _dispatch(self, kind: str, obj: dict[str, Any]) -> None:
+        node = obj.get("metadata", {}).get("labels", {}).get(names.LABEL_NODE)
+        agent = self.nodes.get(node or "")
+        if agent is not None:
+            await agent.on_event(kind, obj)
+
+    async def _lease_loop(self, api: AgentApi) -> None:
+        period = self.settings.lease_duration_seconds / 3
+        while True:
+            for node in list(self.nodes):
+                try:
+                    await api.renew_lease(node, self.settings.lease_duration_seconds)
+                except ApiException as exc:
+                    log.warning("lease renewal for %s failed: %s", node, exc.reason)
+                except Exception as exc:
+                    log.warning("lease renewal for %s failed: %s", node, exc)
+            await asyncio.sleep(period)
+
+    def ready(self) -> bool:
+        return (
+            self.watcher is not None
+            and self.watcher.synced.is_set()
+            and all(a.driver_ok for a in self.nodes.values())
+        )
+
+    async def serve_http(self) -> web.AppRunner:
+        async def metrics(_: web.Request) -> web.Response:
+            body = generate_latest(self.metrics.registry)
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        async def readyz(_: web.Request) -> web.Response:
+            if self.ready():
+                return web.Response(text="ok")
+            return web.Response(status=503, text="allocation view not synced or driver down")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.metrics_host, self.settings.metrics_port)
+        await site.start()
+        return runner
+
+    async def run(self) -> None:
+        s = self.settings
+        if s.kubeconfig:
+            await config.load_kube_config(config_file=str(s.kubeconfig))
+        else:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        self.api_client = client.ApiClient()
+        api = AgentApi(self.api_client, s.namespace)
+        core = client.CoreV1Api(self.api_client)
+        self.watcher = AllocationWatcher(
+            client.CustomObjectsApi(self.api_client),
+            s.nodes,
+            self._dispatch,
+            timeout_seconds=s.watch_timeout_seconds,
+            retry_max_seconds=s.retry_max_seconds,
+        )
+        watcher = self.watcher
+        for node in s.nodes:
+            driver = await build_driver(s, core, node)
+            self.nodes[node] = NodeAgent(
+                node, driver, api, s, self.metrics, synced=watcher.synced.is_set
+            )
+        self.metrics.watch(lambda: list(self.nodes.values()))
+        runner = await self.serve_http()
+        log.info("serving %d node(s) with the %s driver", len(self.nodes), s.driver)
+        tasks = [
+            asyncio.create_task(watcher.run(), name="watch"),
+            asyncio.create_task(self._lease_loop(api), name="lease"),
+            *(asyncio.create_task(a.run(), name=f"node-{n}") for n, a in self.nodes.items()),
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.gather(*tasks, return_exceptions=True)
+            await runner.cleanup()
+            await self.api_client.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = parse_args(argv)
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    agent = Agent(settings)
+
+    async def runner() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await agent.run()
+
+    asyncio.run(runner())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

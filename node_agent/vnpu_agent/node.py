@@ -1,0 +1,531 @@
+"""One node's agent: makes the driver match the node's allocations.
+
+Driven by watch events (one allocation at a time, per node, in a queue) and
+by a periodic resync that re-reads the driver, recreates missing vNPUs of
+live allocations (reboots, vanished devices), checks chip health, collects
+orphans (see gc.py) and publishes the VNPUNode inventory.
+
+Invariants kept here:
+- a vNPU whose allocation exists and is not being deleted is never
+  destroyed (the release path also refuses when another live allocation
+  references the id);
+- the allocation finalizer is removed only after the vNPU is gone;
+- no API write happens when nothing changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from vnpu_agent import cdi
+from vnpu_agent.config import AgentSettings
+from vnpu_agent.drivers.base import (
+    VNPU,
+    ChipInfo,
+    Driver,
+    DriverError,
+    DriverFailure,
+    InUseError,
+    NotFoundError,
+    TemplateSpec,
+)
+from vnpu_agent.gc import OrphanTracker
+from vnpu_agent.inventory import build_status
+from vnpu_agent.kubeapi import AgentApi
+from vnpu_agent.metrics import AgentMetrics
+from vnpu_agent.owned import OwnedIds
+from vnpu_agent.watcher import key_of
+from vnpu_operator import names
+from vnpu_operator.api.models import (
+    Condition,
+    VNPUAllocation,
+    find_condition,
+    set_condition,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Transient driver failures are retried this many times before the
+# allocation stays Failed (the operator then places the pod elsewhere).
+MAX_CREATE_ATTEMPTS = 5
+
+
+class NodeAgent:
+    def __init__(
+        self,
+        node: str,
+        driver: Driver,
+        api: AgentApi,
+        settings: AgentSettings,
+        metrics: AgentMetrics,
+        *,
+        synced: Callable[[], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node = node
+        self.driver = driver
+        self.api = api
+        self.settings = settings
+        self.metrics = metrics
+        self.synced = synced
+        self.clock = clock
+        self.allocs: dict[str, dict[str, Any]] = {}
+        self.vnpus: dict[int, VNPU] = {}
+        self.chips: list[ChipInfo] = []
+        self.templates: dict[int, list[TemplateSpec]] = {}
+        self.owned = OwnedIds(settings.state_dir / node / "owned.json")
+        self.gc = OrphanTracker(settings.gc_grace_seconds, settings.foreign_vnpu_policy)
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._attempts: dict[str, int] = {}
+        self._deferred_noted: set[str] = set()
+        self._driver_lock = asyncio.Lock()
+        self._last_status: dict[str, Any] | None = None
+        self._last_publish = -1e9
+        self._publish_pending: asyncio.TimerHandle | None = None
+        self._node_conditions: list[Condition] = []
+        self.driver_ok = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- wiring ------------------------------------------------------------
+
+    async def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        key = key_of(obj)
+        if kind == "DELETED":
+            self.allocs.pop(key, None)
+            self._attempts.pop(key, None)
+            self._deferred_noted.discard(key)
+            self._mark_dirty()
+            return
+        self.allocs[key] = obj
+        self._enqueue(key)
+
+    def _enqueue(self, key: str) -> None:
+        if key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    def _retry_later(self, key: str, attempt: int) -> None:
+        delay = min(self.settings.retry_max_seconds, 0.5 * 2**attempt) * random.uniform(0.8, 1.2)
+        asyncio.get_running_loop().call_later(delay, self._enqueue, key)
+
+    async def run(self) -> None:
+        await self.refresh_driver()
+        self._tasks = [
+            asyncio.create_task(self._worker(), name=f"worker-{self.node}"),
+            asyncio.create_task(self._resync_loop(), name=f"resync-{self.node}"),
+        ]
+        try:
+            await asyncio.gather(*self._tasks)
+        finally:
+            for task in self._tasks:
+                task.cancel()
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            try:
+                await self.reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reconcile of %s on %s failed; retrying", key, self.node)
+                attempt = self._attempts.get(key, 0) + 1
+                self._attempts[key] = attempt
+                self._retry_later(key, attempt)
+
+    async def _resync_loop(self) -> None:
+        while True:
+            try:
+                await self.resync()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("resync of %s failed", self.node)
+            await asyncio.sleep(self.settings.resync_seconds)
+
+    # -- driver ------------------------------------------------------------
+
+    async def _drv(self, op: str, fn: Callable[..., T], *args: Any) -> T:
+        """One driver call at a time per node, in a thread, timed and counted."""
+        async with self._driver_lock:
+            start = time.perf_counter()
+            try:
+                result = await asyncio.wait_for(
+                    asyncio.to_thread(fn, *args), timeout=self.settings.driver_timeout_seconds
+                )
+            except TimeoutError as exc:
+                self.metrics.driver_op(self.node, op, "timeout", time.perf_counter() - start)
+                raise DriverFailure(
+                    f"driver {op} timed out after {self.settings.driver_timeout_seconds:g}s"
+                ) from exc
+            except DriverError as exc:
+                self.metrics.driver_op(self.node, op, exc.reason, time.perf_counter() - start)
+                raise
+            self.metrics.driver_op(self.node, op, "ok", time.perf_counter() - start)
+            return result
+
+    async def refresh_driver(self) -> None:
+        """Re-reads chips, templates and vNPUs; on failure keeps the old view."""
+        try:
+            chips = await self._drv("list_chips", self.driver.list_chips)
+            vnpus: dict[int, VNPU] = {}
+            templates: dict[int, list[TemplateSpec]] = {}
+            for chip in chips:
+                known = self.templates.get(chip.index)
+                if known is None:
+                    known = await self._drv(
+                        "list_templates", self.driver.list_templates, chip.index
+                    )
+                templates[chip.index] = known
+                for v in await self._drv("list_vnpus", self.driver.list_vnpus, chip.index):
+                    vnpus[v.id] = v
+        except DriverError as exc:
+            if self.driver_ok:
+                log.error("driver query on %s failed: %s", self.node, exc)
+            self.driver_ok = False
+            self._set_node_condition("False", exc.reason, str(exc))
+            return
+        self.chips, self.vnpus, self.templates = chips, vnpus, templates
+        self.driver_ok = True
+        self._set_node_condition("True", "DriverReady", f"{len(chips)} chips")
+
+    def _set_node_condition(self, status: Any, reason: str, message: str) -> None:
+        self._node_conditions = set_condition(
+            self._node_conditions, names.COND_READY, status, reason, message
+        )
+
+    def chip_healthy(self, index: int) -> bool:
+        return any(c.index == index and c.healthy for c in self.chips)
+
+    # -- reconcile one allocation -------------------------------------------
+
+    async def reconcile(self, key: str) -> None:
+        obj = self.allocs.get(key)
+        if obj is None:
+            return
+        try:
+            alloc = VNPUAllocation.model_validate(obj)
+        except ValidationError as exc:
+            # The CRD schema should make this impossible; never crash on it.
+            log.error("allocation %s is malformed: %s", key, exc)
+            return
+        if alloc.spec.node_name != self.node:
+            return
+        if alloc.metadata.deletion_timestamp is not None:
+            await self._release(obj, alloc)
+        else:
+            await self._ensure(obj, alloc)
+
+    async def _ensure(self, obj: dict[str, Any], alloc: VNPUAllocation) -> None:
+        key = key_of(obj)
+        spec, status = alloc.spec, alloc.status
+        if status.phase == names.PHASE_FAILED and key not in self._attempts:
+            return  # a final verdict on an immutable spec; the operator re-places
+        existing = self.vnpus.get(spec.vnpu_id)
+        if existing is not None and (existing.template, existing.chip) != (
+            spec.template,
+            spec.chip,
+        ):
+            await self._fail(
+                obj,
+                alloc,
+                "VNPUMismatch",
+                f"vNPU {spec.vnpu_id} already exists on chip {existing.chip} with template "
+                f"{existing.template}; this allocation wants chip {spec.chip}, template "
+                f"{spec.template}",
+            )
+            return
+        reason = "Adopted" if existing is not None else "Created"
+        if existing is None:
+            self.owned.add(spec.vnpu_id)
+            try:
+                vnpu = await self._drv(
+                    "create", self.driver.create_vnpu, spec.chip, spec.template, spec.vnpu_id
+                )
+            except DriverError as exc:
+                await self._after_failed_create(obj, alloc, exc)
+                return
+            self.vnpus[vnpu.id] = vnpu
+            self.gc.forget(vnpu.id)
+            self._mark_dirty()
+            if status.phase == names.PHASE_READY:
+                reason = "Recreated"
+                await self.api.event(
+                    obj,
+                    type_="Normal",
+                    reason="Recreated",
+                    node=self.node,
+                    message=f"vNPU {spec.vnpu_id} was missing on {self.node}; recreated",
+                )
+        self._attempts.pop(key, None)
+        cdi.write(self.settings.cdi_dir, self.node, spec.vnpu_id, spec.template)
+        await self._write_ready(alloc, reason)
+
+    async def _after_failed_create(
+        self, obj: dict[str, Any], alloc: VNPUAllocation, exc: DriverError
+    ) -> None:
+        key = key_of(obj)
+        spec = alloc.spec
+        # A create that failed mid-way may have left the vNPU behind; keep it
+        # marked as ours (so GC may collect it) only if it exists.
+        with contextlib.suppress(DriverError):
+            for v in await self._drv("list_vnpus", self.driver.list_vnpus, spec.chip):
+                self.vnpus[v.id] = v
+        if spec.vnpu_id not in self.vnpus:
+            self.owned.discard(spec.vnpu_id)
+        transient = type(exc) is DriverFailure
+        attempt = self._attempts.get(key, 0) + 1
+        if transient and attempt < MAX_CREATE_ATTEMPTS:
+            self._attempts[key] = attempt
+            self._retry_later(key, attempt)
+        else:
+            self._attempts.pop(key, None)
+        await self._fail(obj, alloc, exc.reason, f"creating vNPU {spec.vnpu_id} failed: {exc}")
+
+    async def _fail(
+        self, obj: dict[str, Any], alloc: VNPUAllocation, reason: str, msg: str
+    ) -> None:
+        status = alloc.status
+        conds = set_condition(
+            status.conditions, names.COND_READY, "False", reason, msg, alloc.metadata.generation
+        )
+        if status.phase == names.PHASE_FAILED and status.message == msg:
+            return
+        await self.api.patch_allocation_status(
+            alloc.metadata.namespace or "",
+            alloc.metadata.name,
+            {
+                "phase": names.PHASE_FAILED,
+                "message": msg,
+                "observedGeneration": alloc.metadata.generation,
+                "conditions": [c.to_api() for c in conds],
+            },
+        )
+        await self.api.event(obj, type_="Warning", reason=reason, message=msg, node=self.node)
+
+    async def _write_ready(self, alloc: VNPUAllocation, reason: str) -> None:
+        spec, status = alloc.spec, alloc.status
+        healthy = self.chip_healthy(spec.chip)
+        conds = set_condition(
+            status.conditions,
+            names.COND_READY,
+            "True",
+            reason,
+            f"vNPU {spec.vnpu_id} ({spec.template}) on chip {spec.chip}",
+            alloc.metadata.generation,
+        )
+        old_ready = find_condition(status.conditions, names.COND_READY)
+        if old_ready is not None and old_ready.status == "True":
+            # Keep the first reason (Created/Adopted): rewriting it on every
+            # resync would be a write for nothing.
+            conds = [c if c.type != names.COND_READY else old_ready for c in conds]
+        conds = set_condition(
+            conds,
+            names.COND_HEALTHY,
+            "True" if healthy else "False",
+            "ChipHealthy" if healthy else "ChipUnhealthy",
+            "" if healthy else f"chip {spec.chip} of {self.node} reports unhealthy",
+            alloc.metadata.generation,
+        )
+        desired = {
+            "phase": names.PHASE_READY,
+            "devicePath": names.device_path(spec.vnpu_id),
+            "observedGeneration": alloc.metadata.generation,
+            "message": "" if healthy else f"chip {spec.chip} unhealthy",
+            "conditions": [c.to_api() for c in conds],
+        }
+        current = {
+            "phase": status.phase,
+            "devicePath": status.device_path,
+            "observedGeneration": status.observed_generation,
+            "message": status.message or "",
+            "conditions": [c.to_api() for c in status.conditions],
+        }
+        if desired != current:
+            await self.api.patch_allocation_status(
+                alloc.metadata.namespace or "", alloc.metadata.name, desired
+            )
+
+    async def _release(self, obj: dict[str, Any], alloc: VNPUAllocation) -> None:
+        key = key_of(obj)
+        spec = alloc.spec
+        if names.ALLOCATION_FINALIZER not in alloc.metadata.finalizers:
+            return
+        with contextlib.suppress(DriverError):
+            for v in await self._drv("list_vnpus", self.driver.list_vnpus, spec.chip):
+                self.vnpus[v.id] = v
+        vnpu = self.vnpus.get(spec.vnpu_id)
+        ours = vnpu is not None and (vnpu.template, vnpu.chip) == (spec.template, spec.chip)
+        if ours and self._live_reference(spec.vnpu_id, exclude=key):
+            log.error(
+                "vNPU %s of %s is also held by a live allocation; not destroying", spec.vnpu_id, key
+            )
+            ours = False
+        if ours:
+            try:
+                await self._drv("destroy", self.driver.destroy_vnpu, spec.chip, spec.vnpu_id)
+            except NotFoundError:
+                pass
+            except DriverError as exc:
+                attempt = self._attempts.get(key, 0) + 1
+                self._attempts[key] = attempt
+                self._retry_later(key, attempt)
+                await self._note_deferred(obj, alloc, exc)
+                return
+            self.vnpus.pop(spec.vnpu_id, None)
+            self._mark_dirty()
+        self.owned.discard(spec.vnpu_id)
+        self.gc.forget(spec.vnpu_id)
+        cdi.remove(self.settings.cdi_dir, self.node, spec.vnpu_id)
+        await self.api.remove_finalizer(obj)
+        self._attempts.pop(key, None)
+        self._deferred_noted.discard(key)
+        self.metrics.released(self.node)
+
+    async def _note_deferred(
+        self, obj: dict[str, Any], alloc: VNPUAllocation, exc: DriverError
+    ) -> None:
+        """Once per allocation: phase Releasing and an Event saying why."""
+        key = key_of(obj)
+        if key in self._deferred_noted:
+            return
+        self._deferred_noted.add(key)
+        in_use = isinstance(exc, InUseError)
+        msg = (
+            f"vNPU {alloc.spec.vnpu_id} is still open in a container; destroy retried until "
+            "it is released"
+            if in_use
+            else f"destroying vNPU {alloc.spec.vnpu_id} failed, retrying: {exc}"
+        )
+        await self.api.patch_allocation_status(
+            alloc.metadata.namespace or "",
+            alloc.metadata.name,
+            {"phase": names.PHASE_RELEASING, "message": msg},
+        )
+        await self.api.event(
+            obj,
+            type_="Normal" if in_use else "Warning",
+            reason="DestroyDeferred" if in_use else exc.reason,
+            message=msg,
+            node=self.node,
+        )
+
+    def _live_reference(self, vnpu_id: int, *, exclude: str) -> bool:
+        for key, obj in self.allocs.items():
+            if key == exclude or obj.get("metadata", {}).get("deletionTimestamp"):
+                continue
+            if obj.get("spec", {}).get("vnpuId") == vnpu_id:
+                return True
+        return False
+
+    # -- periodic work -----------------------------------------------------
+
+    async def resync(self) -> None:
+        was_healthy = {c.index: c.healthy for c in self.chips}
+        await self.refresh_driver()
+        if not self.driver_ok:
+            self._mark_dirty()
+            return
+        health_changed = {
+            c.index for c in self.chips if was_healthy.get(c.index, True) != c.healthy
+        }
+        for key, obj in list(self.allocs.items()):
+            spec = obj.get("spec", {})
+            if obj.get("metadata", {}).get("deletionTimestamp"):
+                continue
+            missing = spec.get("vnpuId") not in self.vnpus
+            phase = obj.get("status", {}).get("phase")
+            if (missing and phase != names.PHASE_FAILED) or spec.get("chip") in health_changed:
+                self._enqueue(key)
+        await self._collect_orphans()
+        self._mark_dirty()
+
+    def referenced_ids(self) -> set[int]:
+        ids = set()
+        for obj in self.allocs.values():
+            vnpu_id = obj.get("spec", {}).get("vnpuId")
+            if isinstance(vnpu_id, int):
+                ids.add(vnpu_id)
+        return ids
+
+    async def _collect_orphans(self) -> None:
+        decision = self.gc.evaluate(
+            list(self.vnpus.values()),
+            self.referenced_ids(),
+            self.owned.snapshot(),
+            now=self.clock(),
+            synced=self.synced(),
+        )
+        for _vnpu in decision.kept_foreign:
+            self.metrics.gc_action(self.node, "kept-foreign")
+        for vnpu in decision.destroy:
+            reason = "orphan" if vnpu.id in self.owned else "foreign"
+            try:
+                await self._drv("destroy", self.driver.destroy_vnpu, vnpu.chip, vnpu.id)
+            except NotFoundError:
+                pass
+            except DriverError as exc:
+                log.warning("GC of vNPU %s on %s failed: %s", vnpu.id, self.node, exc)
+                self.metrics.gc_action(self.node, f"{reason}-failed")
+                continue
+            log.info("collected %s vNPU %s (%s) on %s", reason, vnpu.id, vnpu.template, self.node)
+            self.metrics.gc_action(self.node, reason)
+            self.vnpus.pop(vnpu.id, None)
+            self.owned.discard(vnpu.id)
+            self.gc.forget(vnpu.id)
+            cdi.remove(self.settings.cdi_dir, self.node, vnpu.id)
+
+    # -- inventory ---------------------------------------------------------
+
+    def _mark_dirty(self) -> None:
+        """Publishes soon, at most once per min interval (coalescing bursts)."""
+        if self._publish_pending is not None:
+            return
+        wait = max(
+            0.0, self._last_publish + self.settings.inventory_min_interval_seconds - self.clock()
+        )
+        loop = asyncio.get_running_loop()
+        self._publish_pending = loop.call_later(wait, self._spawn_publish)
+
+    def _spawn_publish(self) -> None:
+        self._publish_pending = None
+        task = asyncio.get_running_loop().create_task(self.publish())
+        task.add_done_callback(_log_task_error)
+
+    async def publish(self) -> None:
+        if self.driver_ok:
+            with contextlib.suppress(DriverError):
+                self.chips = await self._drv("list_chips", self.driver.list_chips)
+        status = build_status(
+            driver=self.driver.name,
+            chips=self.chips,
+            templates=self.templates,
+            vnpus=self.vnpus,
+            allocations=self.allocs.values(),
+            conditions=self._node_conditions,
+        )
+        if status == self._last_status:
+            return
+        self._last_publish = self.clock()
+        await self.api.publish_node_status(self.node, status)
+        self._last_status = status
+
+    def state_dir(self) -> Path:
+        return self.settings.state_dir / self.node
+
+
+def _log_task_error(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("inventory publish failed: %s", task.exception())
