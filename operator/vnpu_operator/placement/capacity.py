@@ -1,0 +1,181 @@
+"""Chip capacity as the ledger sees it, and whether one more vNPU fits.
+
+Capacity is computed from declarations, never from the chip's `*_free`
+fields, which lag behind creates and destroys: used = templates of ledger
+allocations on the chip + templates of vNPUs present on it that no ledger
+allocation covers (orphans hold capacity until the agent collects them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from vnpu_operator.api.models import ChipStatus, TemplateResources
+from vnpu_operator.placement.model import Allocation, NodeInventory, Resources
+from vnpu_operator.placement.reasons import Reason
+
+# (chip model, template name) -> resources, gathered from every inventory.
+Catalog = Mapping[tuple[str, str], TemplateResources]
+
+HEALTHY = "Healthy"
+
+
+def template_resources(chip: ChipStatus, template: str, catalog: Catalog) -> Resources | None:
+    """What a vNPU of `template` takes on `chip`: the chip's own offer first,
+    then any chip of the same model; None when nobody knows the template."""
+    for offered in chip.templates:
+        if offered.name == template:
+            return Resources.of_template(offered)
+    known = catalog.get((chip.model, template))
+    return None if known is None else Resources.of_template(known)
+
+
+@dataclass
+class ChipState:
+    chip: ChipStatus
+    used: Resources = field(default_factory=Resources)
+    allocated: int = 0
+    orphans: int = 0
+    total: Resources = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Read once: placement asks for it for every chip of every node.
+        self.total = Resources.totals(self.chip)
+
+    @property
+    def free(self) -> Resources:
+        return (self.total - self.used).clamped()
+
+    @property
+    def vnpus(self) -> int:
+        return self.allocated + self.orphans
+
+    @property
+    def vnpu_limit(self) -> int:
+        return max(self.chip.vnpu_id_max - self.chip.vnpu_id_min + 1, 0)
+
+    def usage(self) -> float:
+        return usage_score(self.used, self.total)
+
+    def book(self, need: Resources) -> None:
+        self.used = self.used + need
+        self.allocated += 1
+
+
+def usage_score(used: Resources, total: Resources) -> float:
+    """Share of AICore and memory in use: the two a template is sized by."""
+    parts = [
+        u / t for u, t in ((used.aicore, total.aicore), (used.memory_mb, total.memory_mb)) if t
+    ]
+    return sum(parts) / len(parts) if parts else 0.0
+
+
+@dataclass
+class NodeState:
+    """Working copy of one node's capacity; placement books into it."""
+
+    inventory: NodeInventory
+    chips: dict[int, ChipState]
+    used_ids: set[int]
+
+    def usage(self) -> float:
+        used, total = Resources(), Resources()
+        for state in self.chips.values():
+            used, total = used + state.used, total + state.total
+        return usage_score(used, total)
+
+
+def build_node_state(
+    inventory: NodeInventory, allocations: Iterable[Allocation], catalog: Catalog
+) -> NodeState:
+    chips = {chip.index: ChipState(chip) for chip in inventory.status.chips}
+    used_ids: set[int] = set()
+    covered: set[tuple[int, int, str]] = set()
+    for alloc in allocations:
+        # Ids are unique per server, so every id on the node is taken,
+        # whatever chip (known to the inventory or not) it sits on.
+        used_ids.add(alloc.vnpu_id)
+        covered.add((alloc.chip, alloc.vnpu_id, alloc.template))
+        state = chips.get(alloc.chip)
+        if state is not None:
+            state.used = state.used + _need_or_whole_chip(state.chip, alloc.template, catalog)
+            state.allocated += 1
+    for state in chips.values():
+        for vnpu in state.chip.vnpus:
+            used_ids.add(vnpu.id)
+            if (state.chip.index, vnpu.id, vnpu.template) not in covered:
+                state.used = state.used + _need_or_whole_chip(state.chip, vnpu.template, catalog)
+                state.orphans += 1
+    return NodeState(inventory=inventory, chips=chips, used_ids=used_ids)
+
+
+def _need_or_whole_chip(chip: ChipStatus, template: str, catalog: Catalog) -> Resources:
+    # A vNPU of a template nobody describes could be any size: assume it
+    # fills the chip rather than risk oversubscribing it.
+    need = template_resources(chip, template, catalog)
+    return Resources.totals(chip) if need is None else need
+
+
+def chip_obstacle(
+    state: ChipState, template: str, chip_model: str | None, used_ids: set[int]
+) -> Reason | None:
+    """Why one more vNPU of `template` does not fit on this chip, or None."""
+    chip = state.chip
+    if chip_model is not None and chip.model != chip_model:
+        return Reason.CHIP_MODEL
+    if chip.health != HEALTHY:
+        return Reason.UNHEALTHY
+    offered = next((t for t in chip.templates if t.name == template), None)
+    if offered is None:
+        return Reason.TEMPLATE_NOT_OFFERED
+    need, free = Resources.of_template(offered), state.total - state.used
+    for wanted, left, reason in (
+        (need.aicore, free.aicore, Reason.INSUFFICIENT_AICORE),
+        (need.memory_mb, free.memory_mb, Reason.INSUFFICIENT_MEMORY),
+        (need.aicpu, free.aicpu, Reason.INSUFFICIENT_AICPU),
+        (need.media, free.media, Reason.INSUFFICIENT_MEDIA),
+    ):
+        if wanted > left:
+            return reason
+    if state.vnpus >= state.vnpu_limit or free_vnpu_id(chip, used_ids) is None:
+        return Reason.NO_FREE_VNPU_ID
+    return None
+
+
+def free_vnpu_id(chip: ChipStatus, used_ids: set[int]) -> int | None:
+    """Lowest id of the chip's range that nothing on the node holds."""
+    return next(
+        (i for i in range(chip.vnpu_id_min, chip.vnpu_id_max + 1) if i not in used_ids), None
+    )
+
+
+@dataclass(frozen=True)
+class ChipCapacity:
+    """A chip's capacity for metrics and status; `free` is clamped at zero."""
+
+    node: str
+    chip: int
+    model: str
+    health: str
+    total: Resources
+    used: Resources
+    free: Resources
+    allocated: int
+    orphans: int
+    vnpu_limit: int
+
+    @classmethod
+    def of(cls, node: str, state: ChipState) -> ChipCapacity:
+        return cls(
+            node=node,
+            chip=state.chip.index,
+            model=state.chip.model,
+            health=state.chip.health,
+            total=state.total,
+            used=state.used,
+            free=state.free,
+            allocated=state.allocated,
+            orphans=state.orphans,
+            vnpu_limit=state.vnpu_limit,
+        )

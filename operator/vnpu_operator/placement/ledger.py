@@ -1,0 +1,327 @@
+"""The ledger: allocations and node inventories, and placement over them.
+
+`place` decides and books in one call under one lock, so two placements can
+never take the same capacity or vNPU id. The ledger holds declarations
+only; it can be rebuilt from the API objects after a restart and then books
+exactly what the old one would have.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import replace
+
+from vnpu_operator.api.models import TemplateResources
+from vnpu_operator.placement.capacity import (
+    ChipCapacity,
+    NodeState,
+    build_node_state,
+    chip_obstacle,
+    free_vnpu_id,
+)
+from vnpu_operator.placement.errors import AllocationConflictError
+from vnpu_operator.placement.model import (
+    Allocation,
+    NodeInventory,
+    Placement,
+    Policy,
+    Resources,
+    allocation_name,
+)
+from vnpu_operator.placement.reasons import NoFit, Reason
+from vnpu_operator.placement.request import PodRequest
+from vnpu_operator.placement.selectors import (
+    node_selector_matches,
+    node_selector_terms_match,
+    untolerated_taints,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._nodes: dict[str, NodeInventory] = {}
+        self._allocs: dict[str, Allocation] = {}
+        self._by_pod: dict[str, set[str]] = {}
+        self._by_node: dict[str, set[str]] = {}
+        self._catalog: dict[tuple[str, str], TemplateResources] = {}
+
+    @classmethod
+    def rebuild(
+        cls, inventories: Iterable[NodeInventory], allocations: Iterable[Allocation]
+    ) -> Ledger:
+        """A ledger from what the API server holds, e.g. after a restart."""
+        ledger = cls()
+        for inventory in inventories:
+            ledger.upsert_node(inventory)
+        for allocation in allocations:
+            ledger.add_allocation(allocation)
+        return ledger
+
+    # ---------------------------------------------------------------- nodes
+
+    def upsert_node(self, inventory: NodeInventory) -> None:
+        with self._lock:
+            self._nodes[inventory.name] = inventory
+            self._rebuild_catalog()
+
+    def remove_node(self, name: str) -> NodeInventory | None:
+        """Forgets the inventory; allocations on the node stay booked until
+        their objects are gone."""
+        with self._lock:
+            removed = self._nodes.pop(name, None)
+            self._rebuild_catalog()
+            return removed
+
+    def set_live(self, name: str, live: bool) -> bool:
+        """Lease changes arrive apart from inventories; True if known."""
+        with self._lock:
+            inventory = self._nodes.get(name)
+            if inventory is None:
+                return False
+            if inventory.live != live:
+                self._nodes[name] = replace(inventory, live=live)
+            return True
+
+    def node(self, name: str) -> NodeInventory | None:
+        with self._lock:
+            return self._nodes.get(name)
+
+    def node_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._nodes)
+
+    def _rebuild_catalog(self) -> None:
+        # Rebuilt from scratch so a restarted ledger sees the same catalog.
+        catalog: dict[tuple[str, str], TemplateResources] = {}
+        for name in sorted(self._nodes):
+            for chip in self._nodes[name].status.chips:
+                for template in chip.templates:
+                    catalog.setdefault((chip.model, template.name), template)
+        self._catalog = catalog
+
+    # ---------------------------------------------------------- allocations
+
+    def add_allocation(self, allocation: Allocation) -> bool:
+        """Records an allocation; True if the ledger changed. The same data
+        twice is a no-op, other data under the same key replaces it."""
+        with self._lock:
+            old = self._allocs.get(allocation.key)
+            if old == allocation:
+                return False
+            if old is not None:
+                self._unindex(old)
+            clash = [
+                k
+                for k in self._by_node.get(allocation.node, set())
+                if self._allocs[k].vnpu_id == allocation.vnpu_id
+            ]
+            if clash:
+                # Declared objects are the truth: record it anyway (its
+                # capacity counts twice, so nothing more is placed there).
+                log.warning(
+                    "allocation %s reuses vNPU id %d on node %s, also held by %s",
+                    allocation.key,
+                    allocation.vnpu_id,
+                    allocation.node,
+                    ", ".join(sorted(clash)),
+                )
+            self._allocs[allocation.key] = allocation
+            self._by_pod.setdefault(allocation.pod_uid, set()).add(allocation.key)
+            self._by_node.setdefault(allocation.node, set()).add(allocation.key)
+            return True
+
+    def remove_allocation(self, key: str) -> Allocation | None:
+        """Call once the object is gone (its vNPU destroyed), not when it is
+        merely marked for deletion: until then the id must stay taken."""
+        with self._lock:
+            old = self._allocs.pop(key, None)
+            if old is not None:
+                self._unindex(old)
+            return old
+
+    def release(self, pod_uid: str) -> tuple[Allocation, ...]:
+        """Drops every allocation of a pod; returns what was dropped."""
+        with self._lock:
+            keys = sorted(self._by_pod.get(pod_uid, ()))
+            return tuple(a for a in (self.remove_allocation(k) for k in keys) if a is not None)
+
+    def _unindex(self, alloc: Allocation) -> None:
+        for index, bucket in ((self._by_pod, alloc.pod_uid), (self._by_node, alloc.node)):
+            keys = index.get(bucket)
+            if keys is not None:
+                keys.discard(alloc.key)
+                if not keys:
+                    del index[bucket]
+
+    def allocation(self, key: str) -> Allocation | None:
+        with self._lock:
+            return self._allocs.get(key)
+
+    def allocations(self) -> list[Allocation]:
+        with self._lock:
+            return [self._allocs[k] for k in sorted(self._allocs)]
+
+    def allocations_for(self, pod_uid: str) -> list[Allocation]:
+        with self._lock:
+            return [self._allocs[k] for k in sorted(self._by_pod.get(pod_uid, ()))]
+
+    def allocations_on(self, node: str) -> list[Allocation]:
+        with self._lock:
+            return [self._allocs[k] for k in sorted(self._by_node.get(node, ()))]
+
+    # ------------------------------------------------------------- capacity
+
+    def _state(self, inventory: NodeInventory) -> NodeState:
+        allocs = (self._allocs[k] for k in self._by_node.get(inventory.name, ()))
+        return build_node_state(inventory, allocs, self._catalog)
+
+    def capacity(self, node: str | None = None) -> list[ChipCapacity]:
+        """Per-chip total/used/free, for metrics; one node or all."""
+        with self._lock:
+            names = [node] if node is not None else sorted(self._nodes)
+            out: list[ChipCapacity] = []
+            for name in names:
+                inventory = self._nodes.get(name)
+                if inventory is None:
+                    continue
+                state = self._state(inventory)
+                out.extend(ChipCapacity.of(name, state.chips[i]) for i in sorted(state.chips))
+            return out
+
+    # ------------------------------------------------------------ placement
+
+    def place(self, request: PodRequest, policy: Policy = Policy.BINPACK) -> Placement | NoFit:
+        """Chooses a node, chips and vNPU ids for the whole request and books
+        them before returning. Placing a pod that already holds allocations
+        returns them (completing a partial booking on the same node)."""
+        with self._lock:
+            existing = self.allocations_for(request.uid)
+            if existing:
+                nodes = {a.node for a in existing}
+                if (
+                    len(nodes) > 1
+                    or len(existing) > request.count
+                    or any(a.template != request.template for a in existing)
+                ):
+                    raise AllocationConflictError(
+                        f"pod {request.key} ({request.uid}) already holds "
+                        f"{', '.join(a.key for a in existing)}, which do not match "
+                        f"{request.count} x {request.template} on one node"
+                    )
+                if len(existing) == request.count:
+                    return Placement(node=existing[0].node, allocations=tuple(existing))
+                candidates = [existing[0].node]
+            else:
+                candidates = sorted(self._nodes)
+
+            need = request.count - len(existing)
+            reasons: dict[str, Reason] = {}
+            best: tuple[float, str, list[tuple[int, int]]] | None = None
+            for name in candidates:
+                inventory = self._nodes.get(name)
+                if inventory is None:
+                    reasons[name] = Reason.NODE_NOT_LIVE
+                    continue
+                blocked = _node_filter(inventory, request)
+                if blocked is not None:
+                    reasons[name] = blocked
+                    continue
+                outcome = _fit_node(self._state(inventory), request, need, policy)
+                if isinstance(outcome, Reason):
+                    reasons[name] = outcome
+                    continue
+                slots, score = outcome
+                # Binpack prefers the fullest node after booking, spread the
+                # emptiest; the name breaks ties so results are reproducible.
+                rank = -score if policy is Policy.BINPACK else score
+                if best is None or (rank, name) < (best[0], best[1]):
+                    best = (rank, name, slots)
+            if best is None:
+                return NoFit(template=request.template, count=request.count, node_reasons=reasons)
+            return self._book(request, best[1], best[2])
+
+    def _book(
+        self,
+        request: PodRequest,
+        node: str,
+        slots: list[tuple[int, int]],
+    ) -> Placement:
+        # Indexes already used by this pod, or (however unlikely) by another
+        # pod's key, are skipped: booking must never overwrite a booking.
+        keys = (
+            f"{request.namespace}/{allocation_name(request.name, request.uid, i)}"
+            for i in itertools.count()
+        )
+        free_keys = (k for k in keys if k not in self._allocs)
+        # free_keys is endless; slots decides how many are booked.
+        for key, (chip, vnpu_id) in zip(free_keys, slots, strict=False):
+            self.add_allocation(
+                Allocation(
+                    key=key,
+                    node=node,
+                    chip=chip,
+                    template=request.template,
+                    vnpu_id=vnpu_id,
+                    pod_uid=request.uid,
+                    pod_name=request.name,
+                )
+            )
+        return Placement(node=node, allocations=tuple(self.allocations_for(request.uid)))
+
+
+def _node_filter(inventory: NodeInventory, request: PodRequest) -> Reason | None:
+    if not inventory.live:
+        return Reason.NODE_NOT_LIVE
+    if not node_selector_matches(request.node_selector, inventory.labels):
+        return Reason.NODE_SELECTOR
+    if request.affinity_terms is not None and not node_selector_terms_match(
+        request.affinity_terms, inventory.name, inventory.labels
+    ):
+        return Reason.NODE_AFFINITY
+    if untolerated_taints(inventory.compiled_taints, request.compiled_tolerations):
+        return Reason.TAINT
+    if not inventory.status.chips:
+        return Reason.NO_CHIPS
+    return None
+
+
+def _fit_node(
+    state: NodeState, request: PodRequest, need: int, policy: Policy
+) -> tuple[list[tuple[int, int]], float] | Reason:
+    """Books `need` vNPUs into the working copy `state`, one at a time so
+    that each choice sees the previous ones; returns (chip, id) slots and
+    the node's usage afterwards, or why the next vNPU did not fit."""
+
+    def obstacle(index: int) -> Reason | None:
+        return chip_obstacle(
+            state.chips[index], request.template, request.chip_model, state.used_ids
+        )
+
+    obstacles = {index: obstacle(index) for index in sorted(state.chips)}
+    sign = -1.0 if policy is Policy.BINPACK else 1.0
+    slots: list[tuple[int, int]] = []
+    for _ in range(need):
+        fits = [index for index, reason in obstacles.items() if reason is None]
+        if not fits:
+            return max((r for r in obstacles.values() if r is not None), key=lambda r: r.rank)
+        index = min(fits, key=lambda i: (sign * state.chips[i].usage(), i))
+        chip = state.chips[index]
+        vnpu_id = free_vnpu_id(chip.chip, state.used_ids)
+        offered = next(t for t in chip.chip.templates if t.name == request.template)
+        assert vnpu_id is not None  # chip_obstacle checked it
+        chip.book(Resources.of_template(offered))
+        state.used_ids.add(vnpu_id)
+        slots.append((index, vnpu_id))
+        # Only the booked chip changed, and any chip whose id range holds the
+        # id just taken (ids are unique per node, ranges may overlap).
+        for other, other_state in state.chips.items():
+            lo, hi = other_state.chip.vnpu_id_min, other_state.chip.vnpu_id_max
+            if other == index or lo <= vnpu_id <= hi:
+                obstacles[other] = obstacle(other)
+    return slots, state.usage()

@@ -1,0 +1,211 @@
+"""Plain data the ledger keeps: node inventories, allocations, placements."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ValidationError
+
+from vnpu_operator import names
+from vnpu_operator.api.models import (
+    ChipStatus,
+    TemplateResources,
+    VNPUAllocation,
+    VNPUAllocationSpec,
+    VNPUNodeStatus,
+)
+from vnpu_operator.placement.errors import InvalidAllocationError, InvalidInventoryError
+from vnpu_operator.placement.selectors import SelectorError, Taint, compile_taints
+
+
+class Policy(StrEnum):
+    BINPACK = "binpack"
+    SPREAD = "spread"
+
+
+@dataclass(frozen=True)
+class Resources:
+    aicore: int = 0
+    memory_mb: int = 0
+    aicpu: int = 0
+    media: int = 0
+
+    @classmethod
+    def of_template(cls, t: TemplateResources) -> Resources:
+        return cls(t.aicore, t.memory_mb, t.aicpu, t.media)
+
+    @classmethod
+    def totals(cls, chip: ChipStatus) -> Resources:
+        return cls(chip.aicore_total, chip.memory_total_mb, chip.aicpu_total, chip.media_total)
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(
+            self.aicore + other.aicore,
+            self.memory_mb + other.memory_mb,
+            self.aicpu + other.aicpu,
+            self.media + other.media,
+        )
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(
+            self.aicore - other.aicore,
+            self.memory_mb - other.memory_mb,
+            self.aicpu - other.aicpu,
+            self.media - other.media,
+        )
+
+    def clamped(self) -> Resources:
+        """Free capacity never reads negative, even when stale inventories or
+        orphans make a chip look oversubscribed."""
+        return Resources(
+            max(self.aicore, 0), max(self.memory_mb, 0), max(self.aicpu, 0), max(self.media, 0)
+        )
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    """Everything placement knows about one node: Node labels and taints,
+    liveness (agent Lease valid and Node present) and the VNPUNode status."""
+
+    name: str
+    status: VNPUNodeStatus
+    live: bool = True
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()
+    compiled_taints: tuple[Taint, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidInventoryError("node name must be a non-empty string")
+        if not isinstance(self.labels, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()
+        ):
+            raise InvalidInventoryError(f"node {self.name}: labels must be a map of strings")
+        indexes = [chip.index for chip in self.status.chips]
+        if len(set(indexes)) != len(indexes):
+            raise InvalidInventoryError(f"node {self.name}: duplicate chip index")
+        try:
+            taints = compile_taints(list(self.taints), f"node {self.name} spec.taints")
+        except SelectorError as err:
+            raise InvalidInventoryError(str(err)) from err
+        object.__setattr__(self, "compiled_taints", taints)
+
+    def chip(self, index: int) -> ChipStatus | None:
+        return next((c for c in self.status.chips if c.index == index), None)
+
+    @classmethod
+    def from_objects(
+        cls, vnpu_node: Mapping[str, Any], node: Mapping[str, Any] | None, lease_valid: bool
+    ) -> NodeInventory:
+        """Builds from a raw VNPUNode and its raw Node (None when the Node is
+        gone, which makes the inventory not live)."""
+        try:
+            meta = vnpu_node.get("metadata") or {}
+            status = VNPUNodeStatus.model_validate(vnpu_node.get("status") or {})
+            node_meta = (node or {}).get("metadata") or {}
+            node_spec = (node or {}).get("spec") or {}
+            return cls(
+                name=meta.get("name", ""),
+                status=status,
+                live=lease_valid and node is not None,
+                labels=node_meta.get("labels") or {},
+                taints=tuple(node_spec.get("taints") or ()),
+            )
+        except (ValidationError, AttributeError, TypeError) as err:
+            raise InvalidInventoryError(f"unreadable VNPUNode/Node: {err}") from err
+
+
+_NAME_CHARS = re.compile(r"[^a-z0-9.-]")
+# DNS subdomain (253) minus "-<10 hex>-<index>".
+_POD_PART_MAX = 253 - 1 - 10 - 1 - 1
+
+
+def allocation_name(pod_name: str, pod_uid: str, index: int) -> str:
+    """Deterministic object name of a pod's index-th allocation.
+
+    It embeds a digest of the pod UID, so a new pod reusing a name never
+    collides with the allocations of its predecessor still being released,
+    and a retried create after an operator crash hits AlreadyExists instead
+    of booking twice.
+    """
+    digest = hashlib.sha256(pod_uid.encode()).hexdigest()[:10]
+    stem = _NAME_CHARS.sub("-", pod_name.lower())[:_POD_PART_MAX].strip("-.") or "pod"
+    return f"{stem}-{digest}-{index}"
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One declared vNPU: the ledger's unit of bookkeeping."""
+
+    key: str  # namespace/name of the VNPUAllocation object
+    node: str
+    chip: int
+    template: str
+    vnpu_id: int
+    pod_uid: str
+    pod_name: str
+
+    @property
+    def namespace(self) -> str:
+        return self.key.partition("/")[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.partition("/")[2]
+
+    def to_spec(self) -> VNPUAllocationSpec:
+        return VNPUAllocationSpec(
+            pod_name=self.pod_name,
+            pod_uid=self.pod_uid,
+            node_name=self.node,
+            chip=self.chip,
+            template=self.template,
+            vnpu_id=self.vnpu_id,
+        )
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any] | VNPUAllocation) -> Allocation:
+        """Reads a VNPUAllocation object; a terminating one still holds its
+        capacity, since its vNPU exists until the agent destroys it."""
+        try:
+            alloc = obj if isinstance(obj, VNPUAllocation) else VNPUAllocation.model_validate(obj)
+        except ValidationError as err:
+            raise InvalidAllocationError(f"unreadable VNPUAllocation: {err}") from err
+        meta, spec = alloc.metadata, alloc.spec
+        if not meta.name or not meta.namespace:
+            raise InvalidAllocationError("VNPUAllocation without namespace/name")
+        return cls(
+            key=f"{meta.namespace}/{meta.name}",
+            node=spec.node_name,
+            chip=spec.chip,
+            template=spec.template,
+            vnpu_id=spec.vnpu_id,
+            pod_uid=spec.pod_uid,
+            pod_name=spec.pod_name,
+        )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """All vNPUs of one pod, on one node, booked in the ledger."""
+
+    node: str
+    allocations: tuple[Allocation, ...]
+
+    @property
+    def vnpu_ids(self) -> tuple[int, ...]:
+        return tuple(a.vnpu_id for a in self.allocations)
+
+    @property
+    def visible_devices(self) -> str:
+        """Value of the pod's visible-devices annotation, e.g. "100,101"."""
+        return ",".join(str(i) for i in self.vnpu_ids)
+
+    @property
+    def device_paths(self) -> tuple[str, ...]:
+        return tuple(names.device_path(i) for i in self.vnpu_ids)

@@ -1,0 +1,95 @@
+"""Why a pod did not fit: reason codes, their tally and the user message."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """Stable codes, used as metric label values; never rename one.
+
+    Definition order matters: node-level reasons first, then chip-level ones
+    in the order a chip is checked. When every chip of a node fails, the node
+    is reported with the reason of the chip that got furthest, which is the
+    obstacle closest to being the one the user can act on.
+    """
+
+    NO_NODES = "no-nodes"
+    NODE_NOT_LIVE = "node-not-live"
+    NODE_SELECTOR = "node-selector"
+    NODE_AFFINITY = "node-affinity"
+    TAINT = "taint"
+    NO_CHIPS = "no-chips"
+    CHIP_MODEL = "chip-model"
+    UNHEALTHY = "unhealthy"
+    TEMPLATE_NOT_OFFERED = "template-not-offered"
+    INSUFFICIENT_AICORE = "insufficient-aicore"
+    INSUFFICIENT_MEMORY = "insufficient-memory"
+    INSUFFICIENT_AICPU = "insufficient-aicpu"
+    INSUFFICIENT_MEDIA = "insufficient-media"
+    NO_FREE_VNPU_ID = "no-free-vnpu-id"
+
+    @property
+    def rank(self) -> int:
+        return _ORDER[self]
+
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+
+_ORDER = {reason: i for i, reason in enumerate(Reason)}
+_LABELS = {
+    Reason.NO_NODES: "no vNPU nodes known",
+    Reason.NODE_NOT_LIVE: "node agent not live",
+    Reason.NODE_SELECTOR: "node selector mismatch",
+    Reason.NODE_AFFINITY: "node affinity mismatch",
+    Reason.TAINT: "taint not tolerated",
+    Reason.NO_CHIPS: "no NPU chips",
+    Reason.CHIP_MODEL: "chip model mismatch",
+    Reason.UNHEALTHY: "chip unhealthy",
+    Reason.TEMPLATE_NOT_OFFERED: "template not offered",
+    Reason.INSUFFICIENT_AICORE: "insufficient AICore",
+    Reason.INSUFFICIENT_MEMORY: "insufficient memory",
+    Reason.INSUFFICIENT_AICPU: "insufficient AICPU",
+    Reason.INSUFFICIENT_MEDIA: "insufficient media",
+    Reason.NO_FREE_VNPU_ID: "no free vNPU id",
+}
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """No node can host the whole request; one reason per candidate node."""
+
+    template: str
+    count: int
+    node_reasons: Mapping[str, Reason] = field(default_factory=dict)
+
+    @property
+    def total_nodes(self) -> int:
+        return len(self.node_reasons)
+
+    @property
+    def reasons(self) -> dict[Reason, int]:
+        """Tally, most frequent first, ties in reason order."""
+        tally: dict[Reason, int] = {}
+        for reason in self.node_reasons.values():
+            tally[reason] = tally.get(reason, 0) + 1
+        return dict(sorted(tally.items(), key=lambda kv: (-kv[1], kv[0].rank)))
+
+    @property
+    def primary_reason(self) -> Reason:
+        return next(iter(self.reasons), Reason.NO_NODES)
+
+    @property
+    def message(self) -> str:
+        head = f"0/{self.total_nodes} nodes can host {self.count} x {self.template}"
+        if not self.node_reasons:
+            return f"{head}: {Reason.NO_NODES.label}"
+        parts = ", ".join(f"{n} {reason.label}" for reason, n in self.reasons.items())
+        return f"{head}: {parts}"
+
+    def __str__(self) -> str:
+        return self.message

@@ -1,0 +1,178 @@
+"""Reading a pod's vNPU request: annotations and scheduling directives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vnpu_operator import names
+from vnpu_operator.placement import (
+    InvalidRequestError,
+    PodRequest,
+    VNPURequest,
+    parse_annotations,
+)
+
+
+def pod(annotations: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "train-0",
+            "namespace": "ml",
+            "uid": "0b7c2e4c-3f1a-4b2e-9a51-1f6f0b0d9a11",
+            "annotations": annotations if annotations is not None else {},
+        },
+        "spec": {"containers": [{"name": "main"}], **spec},
+    }
+
+
+def test_annotations_with_defaults() -> None:
+    assert parse_annotations({names.ANN_TEMPLATE: "vir05_1c_16g"}) == VNPURequest(
+        template="vir05_1c_16g", count=1, chip_model=None, containers=None
+    )
+
+
+def test_annotations_all_set() -> None:
+    got = parse_annotations(
+        {
+            names.ANN_TEMPLATE: "vir10_3c_32g",
+            names.ANN_COUNT: "8",
+            names.ANN_CHIP_MODEL: "910B3",
+            names.ANN_CONTAINERS: "main, sidecar",
+        }
+    )
+    assert got == VNPURequest("vir10_3c_32g", 8, "910B3", ("main", "sidecar"))
+
+
+@pytest.mark.parametrize("annotations", [None, {}, {"other": "x"}])
+def test_no_template_means_not_opted_in(annotations: dict[str, str] | None) -> None:
+    assert parse_annotations(annotations) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (names.ANN_TEMPLATE, "vir5"),
+        (names.ANN_TEMPLATE, "VIR05_1c_16g"),
+        (names.ANN_TEMPLATE, "vir05_" + "x" * 30),
+        (names.ANN_TEMPLATE, ""),
+        (names.ANN_COUNT, "0"),
+        (names.ANN_COUNT, "9"),
+        (names.ANN_COUNT, "-1"),
+        (names.ANN_COUNT, "two"),
+        (names.ANN_COUNT, " 2"),
+        (names.ANN_COUNT, "1_0"),
+        (names.ANN_COUNT, ""),
+        (names.ANN_CHIP_MODEL, ""),
+        (names.ANN_CHIP_MODEL, "910 B3"),
+        (names.ANN_CONTAINERS, "main,,side"),
+        (names.ANN_CONTAINERS, "Main"),
+        (names.ANN_CONTAINERS, "main,main"),
+    ],
+)
+def test_malformed_annotation_names_its_key(key: str, value: str) -> None:
+    annotations = {names.ANN_TEMPLATE: "vir05_1c_16g", key: value}
+    with pytest.raises(InvalidRequestError) as info:
+        parse_annotations(annotations)
+    assert info.value.field == key
+    assert key in str(info.value)
+
+
+def test_non_string_annotation_value_is_rejected() -> None:
+    with pytest.raises(InvalidRequestError, match="must be a string"):
+        parse_annotations({names.ANN_TEMPLATE: "vir01", names.ANN_COUNT: 2})
+
+
+def test_from_pod_reads_identity_annotations_and_directives() -> None:
+    required = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Exists"}]}]}
+    tolerations = [{"key": "npu", "operator": "Exists", "effect": "NoSchedule"}]
+    req = PodRequest.from_pod(
+        pod(
+            {names.ANN_TEMPLATE: "vir05_1c_16g", names.ANN_COUNT: "2"},
+            nodeSelector={"zone": "a"},
+            affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}},
+            tolerations=tolerations,
+        )
+    )
+    assert (req.namespace, req.name, req.key) == ("ml", "train-0", "ml/train-0")
+    assert req.uid == "0b7c2e4c-3f1a-4b2e-9a51-1f6f0b0d9a11"
+    assert (req.template, req.count, req.chip_model) == ("vir05_1c_16g", 2, None)
+    assert req.node_selector == {"zone": "a"}
+    assert req.required_affinity == required
+    assert req.affinity_terms is not None
+    assert len(req.affinity_terms) == 1
+    assert req.tolerations == tuple(tolerations)
+    assert req.compiled_tolerations[0].key == "npu"
+
+
+def test_from_pod_without_affinity_has_no_terms() -> None:
+    req = PodRequest.from_pod(
+        pod({names.ANN_TEMPLATE: "vir01"}, affinity={"podAffinity": {}}, tolerations=None)
+    )
+    assert req.required_affinity is None
+    assert req.affinity_terms is None
+    assert req.tolerations == ()
+
+
+def test_from_pod_requires_the_template_annotation() -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        PodRequest.from_pod(pod({}))
+    assert info.value.field == names.ANN_TEMPLATE
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"nodeSelector": {"zone": 1}}, "spec.nodeSelector"),
+        ({"nodeSelector": ["zone"]}, "spec.nodeSelector"),
+        ({"tolerations": {"key": "x"}}, "spec.tolerations"),
+        ({"tolerations": [{"key": "", "operator": "Equal"}]}, "spec.tolerations[0].operator"),
+        ({"tolerations": [{"key": "a", "operator": "Exists", "value": "v"}]}, "value"),
+        ({"tolerations": [{"key": "a", "operator": "Maybe"}]}, "operator"),
+        ({"tolerations": [{"key": "a", "effect": "Sometimes"}]}, "effect"),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "a", "operator": "Near"}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            "matchExpressions[0].operator",
+        ),
+        (
+            {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": "a"}}},
+            "requiredDuringSchedulingIgnoredDuringExecution",
+        ),
+    ],
+)
+def test_from_pod_rejects_malformed_directives(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        PodRequest.from_pod(pod({names.ANN_TEMPLATE: "vir01"}, **spec))
+    assert field in info.value.field
+
+
+@pytest.mark.parametrize("missing", ["name", "namespace", "uid"])
+def test_from_pod_requires_identity(missing: str) -> None:
+    raw = pod({names.ANN_TEMPLATE: "vir01"})
+    del raw["metadata"][missing]
+    with pytest.raises(InvalidRequestError) as info:
+        PodRequest.from_pod(raw)
+    assert info.value.field == f"metadata.{missing}"
+
+
+@pytest.mark.parametrize("raw", [None, [], "pod", {"metadata": []}])
+def test_from_pod_rejects_non_objects(raw: Any) -> None:
+    with pytest.raises(InvalidRequestError):
+        PodRequest.from_pod(raw)
+
+
+@pytest.mark.parametrize("count", [0, 9])
+def test_constructor_checks_count(count: int) -> None:
+    with pytest.raises(InvalidRequestError, match="out of range"):
+        PodRequest(namespace="a", name="b", uid="c", template="vir01", count=count)
