@@ -35,9 +35,11 @@ from vnpu_agent.drivers.base import (
     DriverError,
     DriverFailure,
     InUseError,
+    InvalidIdError,
     NotFoundError,
     TemplateSpec,
 )
+from vnpu_agent.failpoints import failpoint
 from vnpu_agent.gc import OrphanTracker
 from vnpu_agent.inventory import build_status
 from vnpu_agent.kubeapi import AgentApi
@@ -260,6 +262,7 @@ class NodeAgent:
             self.vnpus[vnpu.id] = vnpu
             self.gc.forget(vnpu.id)
             self._mark_dirty()
+            await failpoint("after-create")
             if status.phase == names.PHASE_READY:
                 reason = "Recreated"
                 await self.api.event(
@@ -285,6 +288,11 @@ class NodeAgent:
                 self.vnpus[v.id] = v
         if spec.vnpu_id not in self.vnpus:
             self.owned.discard(spec.vnpu_id)
+        elif isinstance(exc, InvalidIdError):
+            # The id appeared since our last look (made by hand, or by a
+            # create that failed mid-way): adopt it or report the mismatch.
+            await self._ensure(obj, alloc)
+            return
         transient = type(exc) is DriverFailure
         attempt = self._attempts.get(key, 0) + 1
         if transient and attempt < MAX_CREATE_ATTEMPTS:
@@ -389,6 +397,7 @@ class NodeAgent:
         self.owned.discard(spec.vnpu_id)
         self.gc.forget(spec.vnpu_id)
         cdi.remove(self.settings.cdi_dir, self.node, spec.vnpu_id)
+        await failpoint("before-finalizer")
         await self.api.remove_finalizer(obj)
         self._attempts.pop(key, None)
         self._deferred_noted.discard(key)
