@@ -37,7 +37,8 @@ def test_in_use_orphans_are_reported_never_collected_and_reset_the_clock() -> No
     gc = OrphanTracker(grace_seconds=10, policy="collect")
     gc.evaluate([_v(100)], set(), {100}, now=0, synced=True)
     d = gc.evaluate([_v(100, in_use=True)], set(), {100}, now=50, synced=True)
-    assert d.destroy == [] and d.in_use == [_v(100, in_use=True)]
+    assert d.destroy == []
+    assert d.in_use == [_v(100, in_use=True)]
     assert gc.evaluate([_v(100)], set(), {100}, now=55, synced=True).destroy == []
     assert gc.evaluate([_v(100)], set(), {100}, now=65, synced=True).destroy == [_v(100)]
 
@@ -52,6 +53,7 @@ def test_a_reference_in_between_restarts_the_clock() -> None:
 def test_foreign_vnpus_follow_the_policy() -> None:
     keep = OrphanTracker(grace_seconds=0, policy="keep")
     d = keep.evaluate([_v(100)], set(), owned=set(), now=1, synced=True)
-    assert d.destroy == [] and d.kept_foreign == [_v(100)]
+    assert d.destroy == []
+    assert d.kept_foreign == [_v(100)]
     collect = OrphanTracker(grace_seconds=0, policy="collect")
     assert collect.evaluate([_v(100)], set(), owned=set(), now=1, synced=True).destroy == [_v(100)]
