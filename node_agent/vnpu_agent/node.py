@@ -97,6 +97,7 @@ class NodeAgent:
         self._publish_pending: asyncio.TimerHandle | None = None
         self._node_conditions: list[Condition] = []
         self.driver_ok = False
+        self._health_seen: dict[int, bool] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- wiring ------------------------------------------------------------
@@ -274,7 +275,7 @@ class NodeAgent:
                 )
         self._attempts.pop(key, None)
         cdi.write(self.settings.cdi_dir, self.node, spec.vnpu_id, spec.template)
-        await self._write_ready(alloc, reason)
+        await self._write_ready(obj, alloc, reason)
 
     async def _after_failed_create(
         self, obj: dict[str, Any], alloc: VNPUAllocation, exc: DriverError
@@ -323,7 +324,7 @@ class NodeAgent:
         )
         await self.api.event(obj, type_="Warning", reason=reason, message=msg, node=self.node)
 
-    async def _write_ready(self, alloc: VNPUAllocation, reason: str) -> None:
+    async def _write_ready(self, obj: dict[str, Any], alloc: VNPUAllocation, reason: str) -> None:
         spec, status = alloc.spec, alloc.status
         healthy = self.chip_healthy(spec.chip)
         conds = set_condition(
@@ -364,6 +365,17 @@ class NodeAgent:
         if desired != current:
             await self.api.patch_allocation_status(
                 alloc.metadata.namespace or "", alloc.metadata.name, desired
+            )
+        old_health = find_condition(status.conditions, names.COND_HEALTHY)
+        if old_health is not None and (old_health.status == "True") != healthy:
+            await self.api.event(
+                obj,
+                type_="Normal" if healthy else "Warning",
+                reason="ChipHealthy" if healthy else "ChipUnhealthy",
+                message=f"chip {spec.chip} of {self.node} is "
+                f"{'healthy again' if healthy else 'unhealthy'}; vNPU {spec.vnpu_id} "
+                f"{'usable' if healthy else 'may not work'}",
+                node=self.node,
             )
 
     async def _release(self, obj: dict[str, Any], alloc: VNPUAllocation) -> None:
@@ -442,14 +454,16 @@ class NodeAgent:
     # -- periodic work -----------------------------------------------------
 
     async def resync(self) -> None:
-        was_healthy = {c.index: c.healthy for c in self.chips}
         await self.refresh_driver()
         if not self.driver_ok:
             self._mark_dirty()
             return
+        # Compared with what the last resync acted on, not with self.chips,
+        # which publish() refreshes in between.
         health_changed = {
-            c.index for c in self.chips if was_healthy.get(c.index, True) != c.healthy
+            c.index for c in self.chips if self._health_seen.get(c.index, True) != c.healthy
         }
+        self._health_seen = {c.index: c.healthy for c in self.chips}
         for key, obj in list(self.allocs.items()):
             spec = obj.get("spec", {})
             if obj.get("metadata", {}).get("deletionTimestamp"):

@@ -321,3 +321,29 @@ def test_metrics_drop_series_of_deleted_allocations(
     wait_for("gone", lambda: get_alloc(plane, namespace, "metered") is None)
     wait_for("series dropped", lambda: series not in agent.metrics())
     assert 'state="allocated"' not in agent.metrics()
+
+
+def test_unhealthy_chip_is_reflected_in_conditions_inventory_and_events(
+    plane: LocalPlane, namespace: str, node: str, agent: AgentProcess
+) -> None:
+    create(plane, namespace, allocation("sick", node=node, vnpu_id=117, chip=1))
+    wait_for("Ready", lambda: _ready(plane, namespace, "sick"))
+    agent.sim(node).set_chip_health(1, False)
+
+    def healthy_condition() -> str | None:
+        obj = get_alloc(plane, namespace, "sick") or {}
+        conds = obj.get("status", {}).get("conditions", [])
+        return next((c["status"] for c in conds if c["type"] == "Healthy"), None)
+
+    wait_for("Healthy False", lambda: healthy_condition() == "False")
+
+    def chip_health() -> str:
+        r = plane.kubectl("get", names.NODE_PLURAL, node, "-o", "json")
+        return str(json.loads(r.stdout)["status"]["chips"][1]["health"])
+
+    wait_for("VNPUNode chip Unhealthy", lambda: chip_health() == "Unhealthy")
+    events = plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert "ChipUnhealthy" in events
+    assert 117 in vnpu_ids(agent.sim(node))  # an unhealthy chip is reported, not emptied
+    agent.sim(node).set_chip_health(1, True)
+    wait_for("Healthy True again", lambda: healthy_condition() == "True")
