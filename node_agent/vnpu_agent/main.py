@@ -55,12 +55,13 @@ async def build_driver(settings: AgentSettings, core: client.CoreV1Api, node: st
         return SimDriver(state, layout)
     from vnpu_agent.drivers import make_driver
 
-    options: dict[str, Any] = {"timeout": settings.driver_timeout_seconds}
+    options: dict[str, Any]
     if settings.driver == "npu-smi":
-        options["executable"] = settings.npu_smi_path
+        options = {"executable": settings.npu_smi_path, "timeout": settings.driver_timeout_seconds}
     else:
-        options["library"] = settings.dcmi_library
-    return make_driver(settings.driver, **options)
+        options = {"library": settings.dcmi_library}
+    driver: Driver = make_driver(settings.driver, **options)
+    return driver
 
 
 class Agent:

@@ -1,0 +1,87 @@
+"""Driver layer: one interface (base.Driver), three backends.
+
+    sim      simulator with a JSON state file (sim.py)
+    npu-smi  the Ascend CLI (npu_smi.py)
+    dcmi     libdcmi.so through ctypes (dcmi.py)
+
+Backends are imported on demand, so that loading this package stays cheap
+and `python -m vnpu_agent.drivers.sim` does not import itself twice.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Final
+
+from vnpu_agent.drivers.base import (
+    ANY_VNPU_ID,
+    VNPU,
+    CapacityError,
+    ChipInfo,
+    Driver,
+    DriverError,
+    DriverFailure,
+    InUseError,
+    InvalidIdError,
+    InvalidTemplateError,
+    MalformedOutputError,
+    NotFoundError,
+    TemplateSpec,
+)
+
+DRIVER_KINDS: Final = ("sim", "npu-smi", "dcmi")
+
+__all__ = [
+    "ANY_VNPU_ID",
+    "DRIVER_KINDS",
+    "VNPU",
+    "CapacityError",
+    "ChipInfo",
+    "Driver",
+    "DriverError",
+    "DriverFailure",
+    "InUseError",
+    "InvalidIdError",
+    "InvalidTemplateError",
+    "MalformedOutputError",
+    "NotFoundError",
+    "TemplateSpec",
+    "make_driver",
+]
+
+
+def make_driver(kind: str, **options: Any) -> Driver:
+    """A driver of `kind` built with the backend's keyword options:
+
+    sim:     state_path (required), layout ({"910B3": 4} or "910B3=4"), recover_path
+    npu-smi: executable ("npu-smi"), timeout (seconds), env (extra variables)
+    dcmi:    library ("libdcmi.so")
+
+    Raises ValueError for an unknown kind or option; backend errors
+    (a state for other chips, a library that does not load) are DriverErrors.
+    """
+    cls: type[Any]
+    if kind == "sim":
+        from vnpu_agent.drivers import sim
+
+        cls = sim.SimDriver
+    elif kind == "npu-smi":
+        from vnpu_agent.drivers import npu_smi
+
+        cls = npu_smi.NpuSmiDriver
+    elif kind == "dcmi":
+        from vnpu_agent.drivers import dcmi
+
+        cls = dcmi.DcmiDriver
+    else:
+        raise ValueError(f"unknown driver kind {kind!r}; use one of: {', '.join(DRIVER_KINDS)}")
+    signature = inspect.signature(cls)
+    try:
+        signature.bind(**options)
+    except TypeError as exc:
+        accepted = ", ".join(signature.parameters)
+        raise ValueError(
+            f"bad options for the {kind} driver ({exc}); it takes: {accepted}"
+        ) from exc
+    driver: Driver = cls(**options)
+    return driver
