@@ -190,7 +190,10 @@ def test_status_is_a_subresource(plane: LocalPlane, namespace: str) -> None:
 def test_pod_runs_on_a_kwok_node_through_the_scheduler(
     plane: LocalPlane, namespace: str, worker: str
 ) -> None:
-    plane.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(_pod("runner")))
+    # Other tests add nodes to the shared plane; the selector keeps this
+    # one deterministic while the scheduler still does the binding.
+    pod = _pod("runner", nodeSelector={"kubernetes.io/hostname": worker})
+    plane.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(pod))
 
     def running() -> bool:
         pod = _get(plane, namespace, "pod", "runner")
