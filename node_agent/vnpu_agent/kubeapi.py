@@ -82,17 +82,9 @@ class AgentApi:
                 raise
 
     async def publish_node_status(self, node: str, status: dict[str, Any]) -> None:
+        """Patches the status; creates the VNPUNode first if it is missing."""
         try:
-            self.writes += 1
-            await _untyped(
-                self.custom.patch_cluster_custom_object_status,
-                names.GROUP,
-                names.VERSION,
-                names.NODE_PLURAL,
-                node,
-                {"status": status},
-                _content_type=MERGE,
-            )
+            await self._patch_node_status(node, status)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -101,19 +93,23 @@ class AgentApi:
                 "kind": names.NODE_KIND,
                 "metadata": {"name": node, "labels": {names.LABEL_NODE: node}},
             }
-            self.writes += 2
+            self.writes += 1
             await self.custom.create_cluster_custom_object(
                 names.GROUP, names.VERSION, names.NODE_PLURAL, body
             )
-            await _untyped(
-                self.custom.patch_cluster_custom_object_status,
-                names.GROUP,
-                names.VERSION,
-                names.NODE_PLURAL,
-                node,
-                {"status": status},
-                _content_type=MERGE,
-            )
+            await self._patch_node_status(node, status)
+
+    async def _patch_node_status(self, node: str, status: dict[str, Any]) -> None:
+        self.writes += 1
+        await _untyped(
+            self.custom.patch_cluster_custom_object_status,
+            names.GROUP,
+            names.VERSION,
+            names.NODE_PLURAL,
+            node,
+            {"status": status},
+            _content_type=MERGE,
+        )
 
     async def renew_lease(self, node: str, duration: int) -> None:
         now = dt.datetime.now(dt.UTC)
