@@ -19,7 +19,7 @@ pytestmark = pytest.mark.plane
 
 async def _until(check: Any) -> None:
     async with asyncio.timeout(20):
-        while not check():
+        while not check():  # noqa: ASYNC110 - polls state another task owns
             await asyncio.sleep(0.1)
 
 
