@@ -1,0 +1,102 @@
+"""The one pod patch that starts a pod on its vNPUs: pin it to the chosen
+node, publish the device ids, remove our scheduling gate.
+
+While a pod is gated, Kubernetes (1.30+) only lets its scheduling directives
+narrow: set required node affinity where there is none, or add match
+expressions to each existing required term, or add to nodeSelector. Pinning
+therefore:
+- with no required node affinity: sets one term matching `metadata.name`
+  (exact, whatever the node's labels);
+- with existing terms: adds a `kubernetes.io/hostname In [<label value>]`
+  expression to every term, keeping what the pod asked for (a term the node
+  does not satisfy stays unsatisfiable, as the user wrote it).
+The patch is a JSON patch guarded by `test` ops on the gates and affinity it
+read, so a concurrent change to the pod fails it instead of being lost.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vnpu_operator import names
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+class PinningError(ValueError):
+    """The pod cannot be pinned as it is (e.g. the node has no hostname label)."""
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def pin_patch(
+    pod: Mapping[str, Any],
+    node: str,
+    node_labels: Mapping[str, str],
+    visible_devices: Sequence[int],
+) -> list[dict[str, Any]]:
+    """JSON patch ops (RFC 6902) that pin, annotate and ungate `pod`."""
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    ops: list[dict[str, Any]] = []
+
+    gates = list(spec.get("schedulingGates") or [])
+    remaining = [g for g in gates if g.get("name") != names.SCHEDULING_GATE]
+    ops.append({"op": "test", "path": "/spec/schedulingGates", "value": gates})
+    if remaining:
+        ops.append({"op": "replace", "path": "/spec/schedulingGates", "value": remaining})
+    else:
+        ops.append({"op": "remove", "path": "/spec/schedulingGates"})
+
+    devices = ",".join(str(i) for i in visible_devices)
+    ann_path = f"/metadata/annotations/{_escape(names.ANN_VISIBLE_DEVICES)}"
+    if meta.get("annotations"):
+        ops.append({"op": "add", "path": ann_path, "value": devices})
+    else:
+        ops.append(
+            {"op": "add", "path": "/metadata/annotations",
+             "value": {names.ANN_VISIBLE_DEVICES: devices}}
+        )  # fmt: skip
+
+    affinity = spec.get("affinity") or {}
+    node_affinity = affinity.get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        pinned: dict[str, Any] = {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        }
+        required_key = "requiredDuringSchedulingIgnoredDuringExecution"
+        value: dict[str, Any]
+        if not affinity:
+            path, value = "/spec/affinity", {"nodeAffinity": {required_key: pinned}}
+        elif not node_affinity:
+            path, value = "/spec/affinity/nodeAffinity", {required_key: pinned}
+        else:
+            path, value = f"/spec/affinity/nodeAffinity/{required_key}", pinned
+        ops.append({"op": "add", "path": path, "value": value})
+        return ops
+
+    hostname = node_labels.get(HOSTNAME_LABEL)
+    if not hostname:
+        raise PinningError(
+            f"node {node} has no {HOSTNAME_LABEL} label; cannot narrow the pod's existing "
+            "required node affinity to it"
+        )
+    path = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+    ops.append({"op": "test", "path": f"{path}/nodeSelectorTerms", "value": terms})
+    narrowed = []
+    for term in terms:
+        term = copy.deepcopy(term)
+        exprs = list(term.get("matchExpressions") or [])
+        exprs.append({"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]})
+        term["matchExpressions"] = exprs
+        narrowed.append(term)
+    ops.append({"op": "replace", "path": f"{path}/nodeSelectorTerms", "value": narrowed})
+    return ops
