@@ -36,12 +36,10 @@ class AgentApi:
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.namespace = namespace
-        self.writes = 0
 
     async def patch_allocation_status(
         self, namespace: str, name: str, status: dict[str, Any]
     ) -> None:
-        self.writes += 1
         await _untyped(
             self.custom.patch_namespaced_custom_object_status,
             names.GROUP,
@@ -62,7 +60,6 @@ class AgentApi:
             return
         index = finalizers.index(names.ALLOCATION_FINALIZER)
         path = f"/metadata/finalizers/{index}"
-        self.writes += 1
         try:
             await _untyped(
                 self.custom.patch_namespaced_custom_object,
@@ -93,14 +90,12 @@ class AgentApi:
                 "kind": names.NODE_KIND,
                 "metadata": {"name": node, "labels": {names.LABEL_NODE: node}},
             }
-            self.writes += 1
             await self.custom.create_cluster_custom_object(
                 names.GROUP, names.VERSION, names.NODE_PLURAL, body
             )
             await self._patch_node_status(node, status)
 
     async def _patch_node_status(self, node: str, status: dict[str, Any]) -> None:
-        self.writes += 1
         await _untyped(
             self.custom.patch_cluster_custom_object_status,
             names.GROUP,
@@ -117,7 +112,6 @@ class AgentApi:
         spec = client.V1LeaseSpec(
             holder_identity=node, lease_duration_seconds=duration, renew_time=now
         )
-        self.writes += 1
         try:
             await _untyped(
                 self.coordination.patch_namespaced_lease,
@@ -177,7 +171,6 @@ class AgentApi:
             reporting_component="vnpu.io/agent",
             reporting_instance=node,
         )
-        self.writes += 1
         try:
             await self.core.create_namespaced_event(namespace, body)
         except ApiException as exc:

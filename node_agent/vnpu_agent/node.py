@@ -21,7 +21,6 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -544,9 +543,6 @@ class NodeAgent:
         self._last_publish = self.clock()
         await self.api.publish_node_status(self.node, status)
         self._last_status = status
-
-    def state_dir(self) -> Path:
-        return self.settings.state_dir / self.node
 
 
 def _log_task_error(task: asyncio.Task[None]) -> None:

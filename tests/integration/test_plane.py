@@ -69,6 +69,17 @@ def _get(plane: LocalPlane, ns: str, kind: str, name: str) -> dict[str, Any] | N
     return obj
 
 
+def _wait_running(plane: LocalPlane, ns: str, name: str) -> dict[str, Any]:
+    def running() -> bool:
+        pod = _get(plane, ns, "pod", name)
+        return pod is not None and pod["status"].get("phase") == "Running"
+
+    _wait(f"pod {name} Running", running)
+    pod = _get(plane, ns, "pod", name)
+    assert pod is not None
+    return pod
+
+
 @pytest.fixture(scope="module")
 def worker(plane: LocalPlane) -> str:
     """A kwok node for pods to land on."""
@@ -194,14 +205,7 @@ def test_pod_runs_on_a_kwok_node_through_the_scheduler(
     # one deterministic while the scheduler still does the binding.
     pod = _pod("runner", nodeSelector={"kubernetes.io/hostname": worker})
     plane.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(pod))
-
-    def running() -> bool:
-        pod = _get(plane, namespace, "pod", "runner")
-        return pod is not None and pod["status"].get("phase") == "Running"
-
-    _wait("pod Running", running)
-    pod = _get(plane, namespace, "pod", "runner")
-    assert pod is not None
+    pod = _wait_running(plane, namespace, "runner")
     assert pod["spec"]["nodeName"] == worker
     scheduled = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
     assert scheduled["PodScheduled"] == "True"
@@ -213,13 +217,7 @@ def test_finalizer_holds_a_pod_in_terminating(
     pod = _pod("held")
     pod["metadata"]["finalizers"] = [names.POD_FINALIZER]
     plane.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(pod))
-    _wait(
-        "pod Running",
-        lambda: (
-            (_get(plane, namespace, "pod", "held") or {}).get("status", {}).get("phase")
-            == "Running"
-        ),
-    )
+    _wait_running(plane, namespace, "held")
     plane.kubectl("delete", "pod", "held", "-n", namespace, "--wait=false")
     time.sleep(3)  # kwok completes graceful deletion at once; only the finalizer holds it
     held = _get(plane, namespace, "pod", "held")
@@ -280,14 +278,7 @@ def test_scheduling_gate_holds_a_pod_and_affinity_can_be_set_while_gated(
         "patch", "pod", "gated", "-n", namespace, "--type=merge",
         "-p", json.dumps({"spec": {"affinity": affinity, "schedulingGates": None}}),
     )  # fmt: skip
-
-    def running() -> bool:
-        p = _get(plane, namespace, "pod", "gated")
-        return p is not None and p["status"].get("phase") == "Running"
-
-    _wait("ungated pod Running", running)
-    done = _get(plane, namespace, "pod", "gated")
-    assert done is not None
+    done = _wait_running(plane, namespace, "gated")
     assert done["spec"]["nodeName"] == worker
 
 

@@ -74,36 +74,20 @@ def set_condition(
 ) -> list[Condition]:
     """Returns conditions with `type_` set; keeps lastTransitionTime unless
     the status changes, as metav1 conventions require."""
-    out: list[Condition] = []
-    found = False
-    for cond in conditions:
-        if cond.type != type_:
-            out.append(cond)
-            continue
-        found = True
-        ltt = cond.last_transition_time if cond.status == status else now()
-        out.append(
-            Condition(
-                type=type_,
-                status=status,
-                reason=reason,
-                message=message,
-                observed_generation=observed_generation,
-                last_transition_time=ltt,
-            )
-        )
-    if not found:
-        out.append(
-            Condition(
-                type=type_,
-                status=status,
-                reason=reason,
-                message=message,
-                observed_generation=observed_generation,
-                last_transition_time=now(),
-            )
-        )
-    return out
+    old = find_condition(conditions, type_)
+    new = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=observed_generation,
+        last_transition_time=old.last_transition_time
+        if old is not None and old.status == status
+        else now(),
+    )
+    if old is None:
+        return [*conditions, new]
+    return [new if c.type == type_ else c for c in conditions]
 
 
 def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
