@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import replace
 
 from vnpu_operator.api.models import TemplateResources
@@ -196,10 +196,16 @@ class Ledger:
 
     # ------------------------------------------------------------ placement
 
-    def place(self, request: PodRequest, policy: Policy = Policy.BINPACK) -> Placement | NoFit:
+    def place(
+        self,
+        request: PodRequest,
+        policy: Policy = Policy.BINPACK,
+        avoid: Collection[str] = (),
+    ) -> Placement | NoFit:
         """Chooses a node, chips and vNPU ids for the whole request and books
         them before returning. Placing a pod that already holds allocations
-        returns them (completing a partial booking on the same node)."""
+        returns them (completing a partial booking on the same node).
+        Nodes in `avoid` (where this pod's vNPUs failed) are not chosen."""
         with self._lock:
             existing = self.allocations_for(request.uid)
             if existing:
@@ -227,6 +233,9 @@ class Ledger:
                 inventory = self._nodes.get(name)
                 if inventory is None:
                     reasons[name] = Reason.NODE_NOT_LIVE
+                    continue
+                if name in avoid:
+                    reasons[name] = Reason.FAILED_BEFORE
                     continue
                 blocked = _node_filter(inventory, request)
                 if blocked is not None:

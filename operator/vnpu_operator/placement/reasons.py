@@ -18,6 +18,7 @@ class Reason(StrEnum):
 
     NO_NODES = "no-nodes"
     NODE_NOT_LIVE = "node-not-live"
+    FAILED_BEFORE = "failed-before"
     NODE_SELECTOR = "node-selector"
     NODE_AFFINITY = "node-affinity"
     TAINT = "taint"
@@ -44,6 +45,7 @@ _ORDER = {reason: i for i, reason in enumerate(Reason)}
 _LABELS = {
     Reason.NO_NODES: "no vNPU nodes known",
     Reason.NODE_NOT_LIVE: "node agent not live",
+    Reason.FAILED_BEFORE: "vNPU creation failed there before",
     Reason.NODE_SELECTOR: "node selector mismatch",
     Reason.NODE_AFFINITY: "node affinity mismatch",
     Reason.TAINT: "taint not tolerated",

@@ -1,0 +1,91 @@
+"""Operator configuration: flags and `VNPU_*` environment variables.
+
+Flags win over environment variables, which win over defaults. Bad values
+fail at start with pydantic's message naming the setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from vnpu_operator.placement import Policy
+
+
+class OperatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VNPU_", extra="forbid")
+
+    kubeconfig: Path | None = Field(default=None, description="Out-of-cluster kubeconfig.")
+    agent_namespace: str = Field(
+        default="vnpu-system", description="Namespace of the agents' Leases."
+    )
+    policy: Policy = Field(default=Policy.BINPACK, description="Placement policy.")
+    max_attempts: int = Field(
+        default=3, ge=1, le=20, description="Placements per pod whose vNPUs may fail."
+    )
+    lease_grace_seconds: float = Field(
+        default=5.0, ge=0, description="Slack past a Lease's expiry before its node is not live."
+    )
+
+    webhook_host: str = "0.0.0.0"
+    webhook_port: int = Field(default=9443, ge=1, le=65535)
+    webhook_cert_dir: Path | None = Field(
+        default=None,
+        description="Directory with tls.crt, tls.key (and ca.crt) for the webhook; "
+        "unset: a self-signed CA and certificate are generated at start.",
+    )
+    webhook_url: str = Field(
+        default="",
+        description="Register the webhooks with this https base URL (local planes).",
+    )
+    webhook_service: str = Field(
+        default="",
+        description="Register the webhooks with this Service, namespace/name[:port].",
+    )
+    webhook_dns_names: list[str] = Field(
+        default_factory=list, description="Extra DNS names for a self-signed certificate."
+    )
+
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = Field(default=9100, ge=0, le=65535)
+    watch_timeout_seconds: int = Field(
+        default=300, ge=10, description="Server-side watch timeout; streams are then resumed."
+    )
+    retry_max_seconds: float = Field(default=30.0, gt=0, description="API error backoff ceiling.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _check(self) -> OperatorSettings:
+        if self.webhook_url and self.webhook_service:
+            raise ValueError("give webhook_url or webhook_service, not both")
+        if self.webhook_service and "/" not in self.webhook_service:
+            raise ValueError("webhook_service must be namespace/name[:port]")
+        return self
+
+
+def parse_args(argv: Sequence[str] | None = None) -> OperatorSettings:
+    """Settings from flags over environment; exits with a clear message on bad values."""
+    parser = argparse.ArgumentParser(
+        prog="vnpu-operator", description="vnpu-operator cluster operator", argument_default=None
+    )
+    for name, field in OperatorSettings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, dest=name, default=None, help=field.description)
+    args = parser.parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if v is not None}
+    if isinstance(overrides.get("webhook_dns_names"), str):
+        overrides["webhook_dns_names"] = [
+            n.strip() for n in overrides["webhook_dns_names"].split(",") if n.strip()
+        ]
+    try:
+        return OperatorSettings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        parser.error(problems)

@@ -1,0 +1,122 @@
+"""Kopf wiring: thin handlers that feed the controller, and Kopf's settings.
+
+Economy rules (the seed's 200-node lesson):
+- Only event and index handlers: Kopf then keeps no progress or diff-base
+  state, so it writes nothing on pods or allocations.
+- Index handlers on allocations, VNPUNodes, Nodes and agent Leases: Kopf
+  holds every event handler until all of them have listed once, so no pod
+  is placed before the ledger holds every existing allocation (a restarted
+  operator never double-books).
+- Kopf's own finalizer and annotation names are ours, in case a later
+  handler ever makes it persist something; its Event posting is WARNING+.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from vnpu_operator import names
+from vnpu_operator.config import OperatorSettings
+from vnpu_operator.controller import Controller
+
+log = logging.getLogger(__name__)
+
+Raw = dict[str, Any]
+
+
+def _raw(body: Mapping[str, Any]) -> Raw:
+    # A shallow snapshot: Kopf swaps the body's underlying dict on the next
+    # event, the nested dicts we keep stay as they were.
+    return {k: body[k] for k in body}
+
+
+def _obj(event: kopf.RawEvent) -> Raw:
+    return dict(event["object"])
+
+
+def configure(settings: kopf.OperatorSettings, ours: OperatorSettings) -> None:
+    settings.persistence.finalizer = names.KOPF_FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=names.KOPF_ANNOTATIONS_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=names.KOPF_ANNOTATIONS_PREFIX, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = ours.watch_timeout_seconds
+    settings.watching.client_timeout = ours.watch_timeout_seconds + 30
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 30
+    # One discovery at start: no watch on CRDs and namespaces (and no RBAC for it).
+    settings.scanning.disabled = True
+
+
+def register(
+    registry: kopf.OperatorRegistry, controller: Controller, ours: OperatorSettings
+) -> None:
+    """All handlers of the operator, bound to `controller`."""
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure(settings, ours)
+
+    @kopf.on.login(registry=registry)
+    async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return await kopf.login_via_async_client(**kwargs)
+
+    # ------------------------------------------------------ allocations
+    @kopf.index(names.GROUP, names.VERSION, names.ALLOCATION_PLURAL, registry=registry)
+    async def allocations_index(body: kopf.Body, **_: Any) -> None:
+        controller.allocation_seen(_raw(body))
+
+    @kopf.on.event(names.GROUP, names.VERSION, names.ALLOCATION_PLURAL, registry=registry)
+    async def allocation_event(event: kopf.RawEvent, **_: Any) -> None:
+        controller.mark_synced()
+        if event["type"] == "DELETED":
+            controller.allocation_gone(_obj(event))
+
+    # ------------------------------------------------------ inventories
+    @kopf.index(names.GROUP, names.VERSION, names.NODE_PLURAL, registry=registry)
+    async def vnpunodes_index(body: kopf.Body, **_: Any) -> None:
+        controller.vnpunode_event(None, _raw(body))
+
+    @kopf.on.event(names.GROUP, names.VERSION, names.NODE_PLURAL, registry=registry)
+    async def vnpunode_event(event: kopf.RawEvent, **_: Any) -> None:
+        controller.mark_synced()
+        if event["type"] == "DELETED":
+            controller.vnpunode_event("DELETED", _obj(event))
+
+    @kopf.index("", "v1", "nodes", registry=registry)
+    async def nodes_index(body: kopf.Body, **_: Any) -> None:
+        controller.node_event(None, _raw(body))
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    async def node_event(event: kopf.RawEvent, **_: Any) -> None:
+        controller.mark_synced()
+        if event["type"] == "DELETED":
+            controller.node_event("DELETED", _obj(event))
+
+    def agent_lease(name: str, namespace: str | None, **_: Any) -> bool:
+        return namespace == ours.agent_namespace and name.startswith(names.LEASE_PREFIX)
+
+    @kopf.index("coordination.k8s.io", "v1", "leases", when=agent_lease, registry=registry)
+    async def leases_index(body: kopf.Body, **_: Any) -> None:
+        controller.lease_event(None, _raw(body))
+
+    @kopf.on.event("coordination.k8s.io", "v1", "leases", when=agent_lease, registry=registry)
+    async def lease_event(event: kopf.RawEvent, **_: Any) -> None:
+        controller.mark_synced()
+        if event["type"] == "DELETED":
+            controller.lease_event("DELETED", _obj(event))
+
+    # ------------------------------------------------------ pods
+    @kopf.on.event(
+        "", "v1", "pods", annotations={names.ANN_TEMPLATE: kopf.PRESENT}, registry=registry
+    )
+    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+        controller.mark_synced()
+        controller.pod_event(event["type"], _obj(event))

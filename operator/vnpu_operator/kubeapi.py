@@ -1,0 +1,200 @@
+"""The operator's writes to the API server, each one request.
+
+Kept in one place so the API economy (writes per pod lifecycle) is easy to
+audit: create and delete allocations, the one pinning patch, the pod
+finalizer removal, the waiting condition, and Events a user should see.
+Every method counts its request in `writes`, by verb and resource.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from vnpu_operator import names
+from vnpu_operator.placement import Allocation
+
+log = logging.getLogger(__name__)
+
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+COMPONENT = "vnpu-operator"
+
+
+async def _untyped(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+    # The runtime accepts `_content_type`; the stubs do not list it.
+    return await fn(*args, **kwargs)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def allocation_body(alloc: Allocation, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A VNPUAllocation object as the operator creates it: owned by the pod,
+    labelled for the agent's watch, held by the agent's finalizer."""
+    meta = pod.get("metadata") or {}
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.ALLOCATION_KIND,
+        "metadata": {
+            "name": alloc.name,
+            "namespace": alloc.namespace,
+            "labels": {names.LABEL_NODE: alloc.node, names.LABEL_POD_UID: alloc.pod_uid},
+            "finalizers": [names.ALLOCATION_FINALIZER],
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta.get("name", alloc.pod_name),
+                    "uid": alloc.pod_uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": alloc.to_spec().to_api(),
+    }
+
+
+def finalizer_removal(pod: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """JSON patch removing our pod finalizer, guarded by a `test` on it."""
+    finalizers = list((pod.get("metadata") or {}).get("finalizers") or [])
+    if names.POD_FINALIZER not in finalizers:
+        return None
+    path = f"/metadata/finalizers/{finalizers.index(names.POD_FINALIZER)}"
+    return [
+        {"op": "test", "path": path, "value": names.POD_FINALIZER},
+        {"op": "remove", "path": path},
+    ]
+
+
+class OperatorApi:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.writes: Counter[str] = Counter()
+        self.host = os.environ.get("HOSTNAME", "")
+
+    def _count(self, what: str) -> None:
+        self.writes[what] += 1
+
+    async def create_allocation(self, body: dict[str, Any]) -> bool:
+        """True if created, False if it already existed (a retried create)."""
+        self._count("create vnpuallocations")
+        try:
+            await self.custom.create_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                body["metadata"]["namespace"],
+                names.ALLOCATION_PLURAL,
+                body,
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete_allocation(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        self._count("delete vnpuallocations")
+        try:
+            await self.custom.delete_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, names.ALLOCATION_PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+        self._count("patch pods")
+        await _untyped(
+            self.core.patch_namespaced_pod, name, namespace, ops, _content_type=JSON_PATCH
+        )
+
+    async def remove_pod_finalizer(self, pod: Mapping[str, Any]) -> bool:
+        """True once the finalizer is off (or the pod gone)."""
+        ops = finalizer_removal(pod)
+        if ops is None:
+            return True
+        meta = pod["metadata"]
+        try:
+            await self.patch_pod(meta["namespace"], meta["name"], ops)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        return True
+
+    async def set_pod_condition(
+        self, pod: Mapping[str, Any], status: str, reason: str, message: str
+    ) -> None:
+        meta = pod["metadata"]
+        condition = {
+            "type": names.POD_COND_ALLOCATED,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": _now(),
+        }
+        self._count("patch pods/status")
+        try:
+            await _untyped(
+                self.core.patch_namespaced_pod_status,
+                meta["name"],
+                meta["namespace"],
+                {"status": {"conditions": [condition]}},
+                _content_type=STRATEGIC,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def event(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        reason: str,
+        message: str,
+        warning: bool = False,
+    ) -> None:
+        """A core/v1 Event about `obj`. Losing one is not worth failing a
+        reconcile for, so errors are logged, not raised."""
+        meta = obj.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        now = _now()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion", "v1"),
+                "kind": obj.get("kind", "Pod"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": COMPONENT, "host": self.host},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.host or COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._count("create events")
+        try:
+            await _untyped(self.core.create_namespaced_event, namespace, body)
+        except ApiException as exc:
+            log.warning("event %s on %s/%s lost: %s", reason, namespace, meta.get("name"), exc)
+        except Exception as exc:
+            log.warning("event %s on %s/%s lost: %s", reason, namespace, meta.get("name"), exc)

@@ -1,0 +1,148 @@
+"""The pod lifecycle as a pure function: what to do next for one pod.
+
+`decide` looks at a pod and the allocation objects that name it and returns
+one step. The controller executes the step and calls `decide` again when
+anything about the pod or its allocations changes, so every step is
+idempotent and an operator restarted at any point resumes from the objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from vnpu_operator import names
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class StepKind(StrEnum):
+    NOTHING = "nothing"
+    # Release: delete these allocation objects (the agent destroys the vNPUs).
+    RELEASE = "release"
+    # Released: no allocation of the pod is left; remove the pod finalizer.
+    REMOVE_FINALIZER = "remove-finalizer"
+    # Waiting for the agents (creating or destroying vNPUs).
+    WAIT = "wait"
+    # Choose node, chips and ids, then create the allocation objects.
+    PLACE = "place"
+    # Every vNPU is Ready: pin, publish the ids, ungate, in one pod patch.
+    PIN = "pin"
+    # An allocation Failed: delete all of the pod's allocations, place elsewhere.
+    RETRY = "retry"
+    # Placement attempts exhausted: tell the pod, stay gated.
+    GIVE_UP = "give-up"
+    # An allocation of a started pod was deleted by someone else.
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class AllocView:
+    """The parts of a VNPUAllocation object the lifecycle reads."""
+
+    key: str
+    node: str
+    vnpu_id: int
+    phase: str
+    deleting: bool
+    message: str = ""
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> AllocView:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        return cls(
+            key=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+            node=str(spec.get("nodeName", "")),
+            vnpu_id=int(spec.get("vnpuId", -1)),
+            phase=str(status.get("phase") or names.PHASE_PENDING),
+            deleting=bool(meta.get("deletionTimestamp")),
+            message=str(status.get("message") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: StepKind
+    keys: tuple[str, ...] = ()
+    message: str = ""
+    node: str = ""
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(g.get("name") == names.SCHEDULING_GATE for g in gates)
+
+
+def is_deleting(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def is_terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def has_finalizer(pod: Mapping[str, Any]) -> bool:
+    return names.POD_FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or [])
+
+
+def requested_count(pod: Mapping[str, Any]) -> int:
+    """The count annotation, 1 when absent or unreadable (placement reports
+    a malformed one with its own message)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.ANN_COUNT, "1")
+    try:
+        return max(int(str(raw).strip()), 1)
+    except ValueError:
+        return 1
+
+
+def decide(
+    pod: Mapping[str, Any],
+    allocs: Sequence[AllocView],
+    *,
+    attempts: int,
+    max_attempts: int,
+    released_by_us: Collection[str] = (),
+) -> Step:
+    """The next step for `pod`, given all allocation objects that name it.
+
+    `attempts` counts placements whose vNPUs failed; `released_by_us` holds
+    the keys of allocations this operator deleted, to tell a release we asked
+    for from one somebody else did.
+    """
+    live = tuple(a.key for a in allocs if not a.deleting)
+    if is_deleting(pod) or is_terminal(pod):
+        if live:
+            return Step(StepKind.RELEASE, live)
+        if allocs:
+            return Step(StepKind.WAIT, message="vNPUs being destroyed")
+        if has_finalizer(pod):
+            return Step(StepKind.REMOVE_FINALIZER)
+        return Step(StepKind.NOTHING)
+
+    if not is_gated(pod):
+        # Started (or never gated): its vNPUs are fixed for its lifetime.
+        lost = tuple(a.key for a in allocs if a.deleting and a.key not in released_by_us)
+        if lost:
+            return Step(StepKind.LOST, lost)
+        return Step(StepKind.NOTHING)
+
+    failed = [a for a in allocs if a.phase == names.PHASE_FAILED and not a.deleting]
+    if failed:
+        first = failed[0]
+        return Step(StepKind.RETRY, live, message=first.message or "vNPU creation failed",
+                    node=first.node)  # fmt: skip
+    if any(a.deleting for a in allocs):
+        return Step(StepKind.WAIT, message="previous vNPUs being destroyed")
+    if not allocs:
+        if attempts >= max_attempts:
+            return Step(StepKind.GIVE_UP)
+        return Step(StepKind.PLACE)
+    if len(allocs) < requested_count(pod):
+        return Step(StepKind.PLACE)
+    if all(a.phase == names.PHASE_READY for a in allocs):
+        return Step(StepKind.PIN, tuple(a.key for a in allocs), node=allocs[0].node)
+    return Step(StepKind.WAIT, message="vNPUs being created")
