@@ -134,9 +134,13 @@ class Controller:
     # ------------------------------------------------------------ feeding
 
     def mark_synced(self) -> None:
+        """Every cache holds a full listing: start reconciling everything
+        seen so far (kicks before this point were no-ops)."""
         if not self.synced:
             self.synced = True
             self._refresh_offered()
+            for uid in sorted(set(self.pods) | set(self.allocs_by_pod)):
+                self.kick(uid)
             log.info(
                 "synced: %d node(s), %d allocation(s), %d pod(s)",
                 len(self.vnpunodes),

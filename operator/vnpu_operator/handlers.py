@@ -3,10 +3,12 @@
 Economy rules (the seed's 200-node lesson):
 - Only event and index handlers: Kopf then keeps no progress or diff-base
   state, so it writes nothing on pods or allocations.
-- Index handlers on allocations, VNPUNodes, Nodes and agent Leases: Kopf
-  holds every event handler until all of them have listed once, so no pod
-  is placed before the ledger holds every existing allocation (a restarted
-  operator never double-books).
+- Index handlers on pods, allocations, VNPUNodes, Nodes and agent Leases
+  feed the controller on every event; Kopf holds every event handler until
+  all of them have listed once, so the first event handler call marks the
+  caches complete. No pod is placed before the ledger holds every existing
+  allocation (a restarted operator never double-books), and no allocation
+  is taken for an orphan before every pod is known.
 - Kopf's own finalizer and annotation names are ours, in case a later
   handler ever makes it persist something; its Event posting is WARNING+.
 """
@@ -114,9 +116,18 @@ def register(
             controller.lease_event("DELETED", _obj(event))
 
     # ------------------------------------------------------ pods
+    # Indexed too: an allocation whose pod is not in the cache is released,
+    # which is only right once every pod has been listed.
+    @kopf.index(
+        "", "v1", "pods", annotations={names.ANN_TEMPLATE: kopf.PRESENT}, registry=registry
+    )
+    async def pods_index(body: kopf.Body, **_: Any) -> None:
+        controller.pod_event(None, _raw(body))
+
     @kopf.on.event(
         "", "v1", "pods", annotations={names.ANN_TEMPLATE: kopf.PRESENT}, registry=registry
     )
     async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
         controller.mark_synced()
-        controller.pod_event(event["type"], _obj(event))
+        if event["type"] == "DELETED":
+            controller.pod_event("DELETED", _obj(event))
