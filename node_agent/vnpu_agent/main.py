@@ -22,7 +22,7 @@ from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import AllocationWatcher
-from vnpu_operator import names
+from vnpu_operator import __version__, names
 
 log = logging.getLogger("vnpu_agent")
 
@@ -129,6 +129,7 @@ class Agent:
         else:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
         self.api_client = client.ApiClient()
+        self.api_client.user_agent = f"{names.USER_AGENT_AGENT}/{__version__}"
         api = AgentApi(self.api_client, s.namespace)
         core = client.CoreV1Api(self.api_client)
         self.watcher = AllocationWatcher(

@@ -118,9 +118,7 @@ def register(
     # ------------------------------------------------------ pods
     # Indexed too: an allocation whose pod is not in the cache is released,
     # which is only right once every pod has been listed.
-    @kopf.index(
-        "", "v1", "pods", annotations={names.ANN_TEMPLATE: kopf.PRESENT}, registry=registry
-    )
+    @kopf.index("", "v1", "pods", annotations={names.ANN_TEMPLATE: kopf.PRESENT}, registry=registry)
     async def pods_index(body: kopf.Body, **_: Any) -> None:
         controller.pod_event(None, _raw(body))
 

@@ -15,6 +15,7 @@ from aiohttp import web
 from kubernetes_asyncio import client, config
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from vnpu_operator import __version__, names
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.controller import Controller
 from vnpu_operator.handlers import register
@@ -57,6 +58,7 @@ async def run(settings: OperatorSettings) -> None:
     else:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     api_client = client.ApiClient()
+    api_client.user_agent = f"{names.USER_AGENT_OPERATOR}/{__version__}"
     metrics = OperatorMetrics()
     controller = Controller(OperatorApi(api_client), settings, metrics)
     runner = await serve_http(settings, metrics, controller)

@@ -97,3 +97,9 @@ def device_path(vnpu_id: int) -> str:
 
 def lease_name(node: str) -> str:
     return f"{LEASE_PREFIX}{node}"
+
+
+# User-Agent prefixes of our API clients: audit logs and the API server's
+# metrics tell our components' requests apart by them.
+USER_AGENT_OPERATOR: Final = "vnpu-operator"
+USER_AGENT_AGENT: Final = "vnpu-agent"

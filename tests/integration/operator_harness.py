@@ -125,3 +125,81 @@ def pod_allocations(plane: LocalPlane, namespace: str, uid: str) -> list[dict[st
         plane, "vnpuallocations", "-n", namespace, "-l", f"{names.LABEL_POD_UID}={uid}"
     )
     return list((items or {}).get("items", []))
+
+
+def vnpu_pods(plane: LocalPlane) -> list[dict[str, Any]]:
+    """Every pod in the cluster that asks for vNPUs."""
+    items = (get_json(plane, "pods", "-A") or {}).get("items", [])
+    return [
+        p
+        for p in items
+        if names.ANN_TEMPLATE in ((p.get("metadata") or {}).get("annotations") or {})
+    ]
+
+
+class Stack:
+    """Nodes with simulated chips, one agent process serving them and one
+    operator: what a module of operator tests runs against.
+
+    Only one Stack may run at a time in a plane (operators would compete).
+    `close` deletes every vNPU pod and waits until they are gone while the
+    operator still runs, so no pod is left stuck on its finalizer, then
+    removes the nodes, their VNPUNodes and Leases.
+    """
+
+    def __init__(
+        self,
+        plane: LocalPlane,
+        workdir: Path,
+        nodes: list[Any],
+        *,
+        agent_extra: list[str] | None = None,
+        operator_extra: list[str] | None = None,
+    ) -> None:
+        from agent_harness import AgentProcess
+
+        self.plane = plane
+        self.workdir = workdir
+        self.specs = nodes
+        self.node_names = [n.name for n in nodes]
+        workdir.mkdir(parents=True, exist_ok=True)
+        if plane.kubectl("get", "namespace", AGENT_NAMESPACE, check=False).returncode != 0:
+            plane.kubectl("create", "namespace", AGENT_NAMESPACE, check=False)
+        plane.add_nodes(nodes)
+        (workdir / "agent").mkdir(exist_ok=True)
+        self.agent = AgentProcess(plane, workdir / "agent", self.node_names, extra=agent_extra)
+        self.operator = OperatorProcess(plane, workdir / "operator", extra=operator_extra)
+
+    def start(self) -> Stack:
+        self.agent.start()
+        wait_for(
+            "VNPUNodes published",
+            lambda: all(get_json(self.plane, "vnpunode", n) for n in self.node_names),
+            timeout=30,
+        )
+        self.operator.start()
+        return self
+
+    def close(self) -> None:
+        try:
+            if self.operator.proc is None:
+                self.operator.start()
+            if self.agent.proc is None:
+                self.agent.start()
+            for pod in vnpu_pods(self.plane):
+                meta = pod["metadata"]
+                self.plane.kubectl(
+                    "delete", "pod", "-n", meta["namespace"], meta["name"], "--wait=false",
+                    check=False,
+                )  # fmt: skip
+            wait_for("vNPU pods gone", lambda: not vnpu_pods(self.plane), timeout=60)
+        finally:
+            self.operator.kill(signal.SIGTERM)
+            self.agent.kill(signal.SIGTERM)
+            for node in self.node_names:
+                self.plane.kubectl("delete", "node", node, "--wait=false", check=False)
+                self.plane.kubectl("delete", "vnpunode", node, "--wait=false", check=False)
+                self.plane.kubectl(
+                    "delete", "lease", "-n", AGENT_NAMESPACE, names.lease_name(node),
+                    "--wait=false", check=False,
+                )  # fmt: skip

@@ -1,0 +1,49 @@
+"""The operator's whole lifecycle on the real plane: the smallest story."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_harness import vnpu_ids, wait_for
+from operator_harness import Stack, get_json, pod_allocations, vnpu_pod
+
+from localplane import LocalPlane, NodeSpec
+from vnpu_operator import names
+
+
+@pytest.fixture(scope="module")
+def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = Stack(
+        plane,
+        Path(tmp_path_factory.mktemp("smoke")),
+        [NodeSpec(name="smoke-a", chips={"910B3": 2})],
+    ).start()
+    yield s
+    s.close()
+
+
+def test_pod_runs_on_its_vnpu_and_release_destroys_it(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    pod = vnpu_pod("p")
+    pod["metadata"]["namespace"] = namespace
+    plane.apply(pod)
+
+    def running() -> dict[str, Any] | None:
+        p = get_json(plane, "pod", "-n", namespace, "p")
+        return p if p and p["status"].get("phase") == "Running" else None
+
+    p = wait_for("pod Running", running, timeout=30)
+    (alloc,) = pod_allocations(plane, namespace, p["metadata"]["uid"])
+    assert p["spec"]["nodeName"] == "smoke-a"
+    assert p["metadata"]["annotations"][names.ANN_VISIBLE_DEVICES] == str(alloc["spec"]["vnpuId"])
+    assert alloc["status"]["phase"] == names.PHASE_READY
+    assert vnpu_ids(stack.agent.sim("smoke-a")) == {alloc["spec"]["vnpuId"]: "vir05_1c_16g"}
+
+    plane.kubectl("delete", "pod", "-n", namespace, "p", "--wait=false")
+    wait_for("pod gone", lambda: get_json(plane, "pod", "-n", namespace, "p") is None, timeout=30)
+    assert vnpu_ids(stack.agent.sim("smoke-a")) == {}
+    assert pod_allocations(plane, namespace, p["metadata"]["uid"]) == []
