@@ -1,0 +1,150 @@
+"""API economy: our components' writes per pod lifecycle, counted from the
+API server's audit log (writes only), told apart by User-Agent.
+
+A lifecycle is: pod created -> vNPU created -> pod Running -> pod deleted ->
+vNPU destroyed -> pod gone. Writes about the pod (the pod, its status, its
+allocations and their status, Events) are counted per pod. VNPUNode status
+writes are per node and coalesced, so they are counted over a batch of pods
+sharing a node; Lease renewals are per node and time, not per pod.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_harness import wait_for
+from operator_harness import Stack, get_json, vnpu_pod
+
+from localplane import LocalPlane, NodeSpec
+from vnpu_operator import names
+
+OURS = (names.USER_AGENT_OPERATOR, names.USER_AGENT_AGENT)
+BUDGET = 8
+
+
+@pytest.fixture(scope="module")
+def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = Stack(
+        plane, Path(tmp_path_factory.mktemp("writes")), [NodeSpec(name="wr-a", chips={"910B3": 4})]
+    ).start()
+    yield s
+    s.close()
+
+
+def audit_since(plane: LocalPlane, offset: int) -> list[dict[str, Any]]:
+    with open(plane.audit_log, "rb") as f:
+        f.seek(offset)
+        lines = f.read().splitlines()
+    events = [json.loads(line) for line in lines if line.strip()]
+    return [e for e in events if e.get("stage") == "ResponseComplete"]
+
+
+def component(event: dict[str, Any]) -> str:
+    agent = str(event.get("userAgent", ""))
+    return next((c for c in OURS if agent.startswith(c)), agent.split("/")[0] or "?")
+
+
+def what(event: dict[str, Any]) -> str:
+    ref = event.get("objectRef") or {}
+    resource = ref.get("resource", "?")
+    if ref.get("subresource"):
+        resource += "/" + ref["subresource"]
+    return f"{event.get('verb')} {resource}"
+
+
+def settle(plane: LocalPlane, seconds: float = 1.5) -> int:
+    """Waits until the audit log stops growing for `seconds`; returns its size."""
+    last, since = plane.audit_log.stat().st_size, time.monotonic()
+    while time.monotonic() - since < seconds:
+        time.sleep(0.25)
+        size = plane.audit_log.stat().st_size
+        if size != last:
+            last, since = size, time.monotonic()
+    return last
+
+
+def run_pods(plane: LocalPlane, namespace: str, count: int) -> None:
+    pods = [vnpu_pod(f"w{i}") for i in range(count)]
+    for pod in pods:
+        pod["metadata"]["namespace"] = namespace
+    plane.apply({"apiVersion": "v1", "kind": "List", "items": pods})
+
+    def all_running() -> bool:
+        items = (get_json(plane, "pods", "-n", namespace) or {}).get("items", [])
+        return len(items) == count and all(p["status"].get("phase") == "Running" for p in items)
+
+    wait_for("pods Running", all_running, timeout=60)
+    plane.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=false")
+    wait_for(
+        "pods gone",
+        lambda: not (get_json(plane, "pods", "-n", namespace) or {}).get("items"),
+        timeout=60,
+    )
+
+
+def tally(events: list[dict[str, Any]], namespace: str) -> tuple[Counter[str], Counter[str]]:
+    """(writes about the namespace's pods, other writes) of our components."""
+    per_pod: Counter[str] = Counter()
+    other: Counter[str] = Counter()
+    for e in events:
+        who = component(e)
+        if who not in OURS:
+            continue
+        ns = (e.get("objectRef") or {}).get("namespace")
+        (per_pod if ns == namespace else other)[f"{who}: {what(e)}"] += 1
+    return per_pod, other
+
+
+def report(title: str, counts: Counter[str], pods: int) -> None:
+    print(f"\n{title} ({pods} pod(s)):")
+    for key, n in sorted(counts.items()):
+        print(f"  {n / pods:5.2f}  {key}")
+    print(f"  {sum(counts.values()) / pods:5.2f}  total per pod")
+
+
+def test_writes_per_lifecycle_of_one_pod(stack: Stack, plane: LocalPlane, namespace: str) -> None:
+    offset = settle(plane)
+    run_pods(plane, namespace, 1)
+    settle(plane)
+    events = audit_since(plane, offset)
+    per_pod, other = tally(events, namespace)
+    report("writes about the pod", per_pod, 1)
+    report("node-level writes (VNPUNode, Lease)", other, 1)
+
+    assert sum(per_pod.values()) <= BUDGET, per_pod
+    # The indispensable steps, each exactly once.
+    assert per_pod[f"{names.USER_AGENT_OPERATOR}: create vnpuallocations"] == 1
+    assert per_pod[f"{names.USER_AGENT_AGENT}: patch vnpuallocations/status"] == 1
+    assert per_pod[f"{names.USER_AGENT_OPERATOR}: delete vnpuallocations"] == 1
+    # Kopf itself writes nothing: no bookkeeping annotations, no finalizers.
+    assert not [e for e in events if str(e.get("userAgent", "")).startswith("kopf")]
+
+
+def test_writes_per_lifecycle_over_a_batch_include_node_inventory(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    pods = 8
+    offset = settle(plane)
+    run_pods(plane, namespace, pods)
+    settle(plane)
+    events = audit_since(plane, offset)
+    per_pod, other = tally(events, namespace)
+    node_level = Counter({k: v for k, v in other.items() if "leases" not in k})
+    everything = per_pod + node_level
+    report("all writes but Lease renewals", everything, pods)
+    assert sum(everything.values()) / pods <= BUDGET, everything
+
+
+def test_idle_cluster_writes_only_lease_renewals(stack: Stack, plane: LocalPlane) -> None:
+    offset = settle(plane)
+    time.sleep(6)
+    events = [e for e in audit_since(plane, offset) if component(e) in OURS]
+    kinds = Counter(what(e) for e in events)
+    print(f"\nidle 6 s: {dict(kinds)}")
+    assert set(kinds) <= {"update leases", "patch leases"}, kinds
