@@ -121,6 +121,7 @@ class Controller:
         self._errors: dict[str, int] = {}
         self._waiting_kick: asyncio.Handle | None = None
         self._lease_timers: dict[str, asyncio.TimerHandle] = {}
+        self._side_tasks: set[asyncio.Task[None]] = set()
 
         metrics.watch(
             StateView(
@@ -370,14 +371,19 @@ class Controller:
 
     def _spawn(self, coro: Any) -> None:
         try:
-            asyncio.get_running_loop().create_task(coro)
+            task = asyncio.get_running_loop().create_task(coro)
         except RuntimeError:
             coro.close()
+            return
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
     async def idle(self) -> None:
-        """Waits until no reconcile is running (tests)."""
-        while self._running:
-            await asyncio.gather(*list(self._running.values()), return_exceptions=True)
+        """Waits until no reconcile or side task is running (tests)."""
+        while self._running or self._side_tasks or self._waiting_kick is not None:
+            pending = [*self._running.values(), *self._side_tasks]
+            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.sleep(0)
 
     # ------------------------------------------------------------ reconcile
 

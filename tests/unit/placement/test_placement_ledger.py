@@ -418,3 +418,12 @@ def test_unreadable_inventories_raise(
 def test_duplicate_chip_index_is_rejected() -> None:
     with pytest.raises(InvalidInventoryError, match="duplicate chip index"):
         node("n", [chip("910B3", 0), chip("910B3", 0)])
+
+
+def test_avoided_nodes_are_skipped_with_their_own_reason() -> None:
+    ledger = ledger_with(node("a"), node("b"))
+    first = placed(ledger.place(request("p1"), avoid={"a"}))
+    assert first.node == "b"
+    result = nofit(ledger.place(request("p2"), avoid={"a", "b"}))
+    assert result.node_reasons == {"a": Reason.FAILED_BEFORE, "b": Reason.FAILED_BEFORE}
+    assert "failed there before" in result.message

@@ -1,0 +1,357 @@
+"""The controller as plain Python: objects in, API writes out (recorded by a
+fake API), no cluster. The integration tests cover the same paths against
+the real API server; these pin down the decisions and their write counts."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "placement"))
+from placement_helpers import chip
+
+from vnpu_operator import names
+from vnpu_operator.api.models import VNPUNodeStatus
+from vnpu_operator.config import OperatorSettings
+from vnpu_operator.controller import Controller, parse_time
+from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.metrics import OperatorMetrics
+
+NOW = 1_800_000_000.0
+
+
+class FakeApi:
+    """Records every write; `fail` makes the next call of a method raise."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.fail: dict[str, ApiException] = {}
+
+    def _record(self, name: str, arg: Any) -> None:
+        self.calls.append((name, arg))
+        exc = self.fail.pop(name, None)
+        if exc is not None:
+            raise exc
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self.calls]
+
+    def of(self, name: str) -> list[Any]:
+        return [a for n, a in self.calls if n == name]
+
+    async def create_allocation(self, body: dict[str, Any]) -> bool:
+        self._record("create_allocation", body)
+        return True
+
+    async def delete_allocation(self, key: str) -> None:
+        self._record("delete_allocation", key)
+
+    async def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+        self._record("patch_pod", ops)
+
+    async def remove_pod_finalizer(self, pod: dict[str, Any]) -> bool:
+        self._record("remove_pod_finalizer", pod["metadata"]["name"])
+        return True
+
+    async def set_pod_condition(
+        self, pod: dict[str, Any], status: str, reason: str, message: str
+    ) -> None:
+        self._record("set_pod_condition", (status, reason, message))
+
+    async def event(
+        self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False
+    ) -> None:
+        self._record("event", (reason, message))
+
+
+def vnpu_node(name: str, model: str = "910B3", chips: int = 1) -> dict[str, Any]:
+    status = VNPUNodeStatus(driver="sim", chips=[chip(model, i) for i in range(chips)])
+    return {"metadata": {"name": name}, "status": status.to_api()}
+
+
+def node_obj(name: str, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+        "spec": {},
+    }
+
+
+def lease(node: str, renewed: float = NOW, duration: int = 40) -> dict[str, Any]:
+    stamp = f"{dt.datetime.fromtimestamp(renewed, dt.UTC):%Y-%m-%dT%H:%M:%S.%fZ}"
+    return {
+        "metadata": {"name": names.lease_name(node), "namespace": "vnpu-system"},
+        "spec": {"renewTime": stamp, "leaseDurationSeconds": duration},
+    }
+
+
+def pod(
+    name: str = "p",
+    uid: str = "u1",
+    *,
+    template: str = "vir05_1c_16g",
+    count: int = 1,
+    selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid,
+            "annotations": {names.ANN_TEMPLATE: template, names.ANN_COUNT: str(count)},
+            "finalizers": [names.POD_FINALIZER],
+        },
+        "spec": {
+            "containers": [{"name": "c"}],
+            "schedulingGates": [{"name": names.SCHEDULING_GATE}],
+            "nodeSelector": selector or {},
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+class World:
+    """A controller, its fake API and a wall clock the test moves."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.api = FakeApi()
+        self.now = NOW
+        self.controller = Controller(
+            cast(OperatorApi, self.api),
+            OperatorSettings(**settings),
+            OperatorMetrics(),
+            wall=lambda: self.now,
+        )
+
+    def add_node(self, name: str, model: str = "910B3", chips: int = 1, **labels: str) -> None:
+        c = self.controller
+        c.node_event(None, node_obj(name, **labels))
+        c.lease_event(None, lease(name, self.now))
+        c.vnpunode_event(None, vnpu_node(name, model, chips))
+
+    async def settle(self) -> None:
+        await self.controller.idle()
+
+    def created(self) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], self.api.of("create_allocation"))
+
+    def echo_created(self, phase: str | None = None) -> None:
+        """What the watch would deliver for every allocation created so far."""
+        for body in self.created():
+            obj = {**body, "status": {"phase": phase} if phase else {}}
+            self.controller.allocation_seen(obj)
+
+
+async def test_nothing_is_placed_before_the_caches_are_synced() -> None:
+    w = World()
+    w.add_node("n1")
+    w.controller.pod_event(None, pod())
+    await w.settle()
+    assert w.api.calls == []
+    w.controller.mark_synced()
+    await w.settle()
+    assert w.api.names() == ["create_allocation"]
+
+
+async def test_full_lifecycle_writes() -> None:
+    w = World()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod(count=2))
+    await w.settle()
+    bodies = w.created()
+    assert [b["spec"]["vnpuId"] for b in bodies] == [100, 101]
+    meta = bodies[0]["metadata"]
+    assert meta["labels"] == {names.LABEL_NODE: "n1", names.LABEL_POD_UID: "u1"}
+    assert meta["finalizers"] == [names.ALLOCATION_FINALIZER]
+    assert meta["ownerReferences"][0]["uid"] == "u1"
+
+    w.echo_created(names.PHASE_READY)
+    await w.settle()
+    (ops,) = w.api.of("patch_pod")
+    assert {"op": "remove", "path": "/spec/schedulingGates"} in ops
+    assert {
+        "op": "add",
+        "path": "/metadata/annotations/vnpu.io~1visible-devices",
+        "value": "100,101",
+    } in ops
+    assert [r for r, _ in w.api.of("event")] == ["VNPUsReady"]
+
+    started = pod(count=2)
+    started["spec"].pop("schedulingGates")
+    started["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    w.controller.pod_event("MODIFIED", started)
+    await w.settle()
+    assert sorted(w.api.of("delete_allocation")) == sorted(
+        f"ns/{b['metadata']['name']}" for b in bodies
+    )
+    # Repeated pod events while the agent works do not repeat the deletes.
+    w.controller.pod_event("MODIFIED", started)
+    await w.settle()
+    assert len(w.api.of("delete_allocation")) == 2
+    assert w.api.of("remove_pod_finalizer") == []
+
+    for body in bodies:
+        w.controller.allocation_gone(body)
+    await w.settle()
+    assert w.api.of("remove_pod_finalizer") == ["p"]
+    assert len(w.api.calls) == 2 + 1 + 1 + 2 + 1
+
+
+async def test_no_fit_tells_the_pod_once_and_retries_when_capacity_frees() -> None:
+    w = World()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod("big", "u1", template="vir10_3c_32g", count=2))
+    await w.settle()
+    w.echo_created()
+    w.controller.pod_event("ADDED", pod("late", "u2"))
+    await w.settle()
+    assert w.controller.waiting.keys() == {"u2"}
+    conditions = w.api.of("set_pod_condition")
+    assert conditions == [("False", "WaitingForCapacity", conditions[0][2])]
+    assert "insufficient AICore" in conditions[0][2]
+    assert [r for r, _ in w.api.of("event")] == ["WaitingForCapacity"]
+
+    # The same answer again: no new writes.
+    w.controller.pod_event("MODIFIED", pod("late", "u2"))
+    await w.settle()
+    assert len(w.api.of("set_pod_condition")) == 1
+    assert len(w.api.of("event")) == 1
+
+    # The big pod goes: the waiting pod is placed without any event of its own.
+    w.controller.pod_event("DELETED", pod("big", "u1"))
+    await w.settle()
+    assert len(w.api.of("delete_allocation")) == 2
+    for body in w.created():
+        w.controller.allocation_gone(body)
+    await w.settle()
+    assert w.created()[-1]["spec"]["podUID"] == "u2"
+    assert not w.controller.waiting
+
+
+async def test_failed_allocation_is_placed_elsewhere_then_given_up() -> None:
+    w = World(max_attempts=2)
+    w.add_node("n1")
+    w.add_node("n2")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod())
+    await w.settle()
+    first = w.created()[0]
+    w.controller.allocation_seen({**first, "status": {"phase": "Failed", "message": "no room"}})
+    await w.settle()
+    assert w.api.of("delete_allocation") == [f"ns/{first['metadata']['name']}"]
+    reason, message = w.api.of("event")[-1]
+    assert reason == "AllocationFailed"
+    assert first["spec"]["nodeName"] in message
+    w.controller.allocation_gone(first)
+    await w.settle()
+    second = w.created()[-1]
+    assert second["spec"]["nodeName"] != first["spec"]["nodeName"]
+
+    w.controller.allocation_seen({**second, "status": {"phase": "Failed", "message": "again"}})
+    await w.settle()
+    w.controller.allocation_gone(second)
+    await w.settle()
+    assert len(w.created()) == 2
+    status, reason, message = w.api.of("set_pod_condition")[-1]
+    assert (status, reason) == ("False", "AllocationFailed")
+    assert "gave up after 2" in message
+
+
+async def test_expired_lease_stops_placements_but_keeps_allocations() -> None:
+    w = World(lease_grace_seconds=0)
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod("a", "u1"))
+    await w.settle()
+    w.echo_created(names.PHASE_READY)
+    await w.settle()
+    w.now += 60
+    w.controller.lease_event("MODIFIED", lease("n1", NOW))  # re-read: now stale
+    await w.settle()
+    assert w.controller.live == {"n1": False}
+    assert "NodeNotLive" in [r for r, _ in w.api.of("event")]
+    assert w.api.of("delete_allocation") == []
+
+    w.controller.pod_event("ADDED", pod("b", "u2"))
+    await w.settle()
+    assert "node agent not live" in w.api.of("set_pod_condition")[-1][2]
+
+    w.controller.lease_event("MODIFIED", lease("n1", w.now))
+    await w.settle()
+    assert w.controller.live == {"n1": True}
+    assert w.created()[-1]["spec"]["podUID"] == "u2"
+
+
+async def test_allocation_of_an_unknown_pod_is_released() -> None:
+    w = World()
+    w.add_node("n1")
+    orphan = {
+        "metadata": {"namespace": "ns", "name": "ghost-0", "labels": {}},
+        "spec": {
+            "podName": "ghost", "podUID": "gone", "nodeName": "n1", "chip": 0,
+            "template": "vir05_1c_16g", "vnpuId": 100,
+        },
+    }  # fmt: skip
+    w.controller.allocation_seen(orphan)
+    w.controller.mark_synced()
+    await w.settle()
+    assert w.api.of("delete_allocation") == ["ns/ghost-0"]
+
+
+async def test_a_failed_create_gives_the_booking_back_and_retries() -> None:
+    w = World(retry_max_seconds=0.01)
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.api.fail["create_allocation"] = ApiException(status=500, reason="boom")
+    w.controller.pod_event("ADDED", pod())
+    await w.settle()
+    assert w.controller.ledger.allocations() == []
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        await w.settle()
+        if len(w.created()) == 2:
+            break
+    assert [b["spec"]["vnpuId"] for b in w.created()] == [100, 100]
+    assert len(w.controller.ledger.allocations()) == 1
+
+
+async def test_restarted_controller_books_around_existing_allocations() -> None:
+    w = World()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod("a", "u1"))
+    await w.settle()
+    existing = w.created()[0]
+
+    fresh = World()
+    fresh.add_node("n1")
+    fresh.controller.allocation_seen(existing)
+    fresh.controller.pod_event(None, pod("a", "u1"))
+    fresh.controller.pod_event(None, pod("b", "u2"))
+    fresh.controller.mark_synced()
+    await fresh.settle()
+    (created,) = fresh.created()
+    assert created["spec"]["podUID"] == "u2"
+    assert created["spec"]["vnpuId"] != existing["spec"]["vnpuId"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-01-01T00:00:00Z", 1767225600.0),
+        ("2026-01-01T00:00:00.500000Z", 1767225600.5),
+        ("nonsense", None),
+        (None, None),
+    ],
+)
+def test_parse_time(text: Any, expected: float | None) -> None:
+    assert parse_time(text) == expected

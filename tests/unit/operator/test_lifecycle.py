@@ -1,0 +1,142 @@
+"""The lifecycle decision: one step for any pod and allocation state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vnpu_operator import names
+from vnpu_operator.lifecycle import AllocView, StepKind, decide, requested_count
+
+
+def pod(
+    *,
+    gated: bool = True,
+    deleting: bool = False,
+    phase: str = "Pending",
+    finalizer: bool = True,
+    count: str | None = None,
+) -> dict[str, Any]:
+    annotations = {names.ANN_TEMPLATE: "vir05_1c_16g"}
+    if count is not None:
+        annotations[names.ANN_COUNT] = count
+    meta: dict[str, Any] = {
+        "name": "p",
+        "namespace": "ns",
+        "uid": "u1",
+        "annotations": annotations,
+        "finalizers": [names.POD_FINALIZER] if finalizer else [],
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    spec: dict[str, Any] = {"containers": [{"name": "c"}]}
+    if gated:
+        spec["schedulingGates"] = [{"name": names.SCHEDULING_GATE}]
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def alloc(
+    i: int = 0, phase: str = names.PHASE_PENDING, *, deleting: bool = False, node: str = "n1"
+) -> AllocView:
+    return AllocView(
+        key=f"ns/p-x-{i}", node=node, vnpu_id=100 + i, phase=phase, deleting=deleting,
+        message="boom" if phase == names.PHASE_FAILED else "",
+    )  # fmt: skip
+
+
+def step(p: dict[str, Any], allocs: list[AllocView], **kw: Any) -> Any:
+    kw.setdefault("attempts", 0)
+    kw.setdefault("max_attempts", 3)
+    return decide(p, allocs, **kw)
+
+
+def test_new_gated_pod_is_placed() -> None:
+    assert step(pod(), []).kind is StepKind.PLACE
+
+
+def test_partial_booking_is_completed() -> None:
+    assert step(pod(count="2"), [alloc(0, names.PHASE_READY)]).kind is StepKind.PLACE
+
+
+def test_waits_while_the_agent_creates() -> None:
+    s = step(pod(count="2"), [alloc(0, names.PHASE_READY), alloc(1)])
+    assert s.kind is StepKind.WAIT
+
+
+def test_all_ready_pins_to_their_node() -> None:
+    s = step(pod(count="2"), [alloc(0, names.PHASE_READY), alloc(1, names.PHASE_READY)])
+    assert (s.kind, s.keys, s.node) == (StepKind.PIN, ("ns/p-x-0", "ns/p-x-1"), "n1")
+
+
+def test_started_pod_needs_nothing() -> None:
+    assert step(pod(gated=False, phase="Running"), [alloc(0, names.PHASE_READY)]).kind is (
+        StepKind.NOTHING
+    )
+
+
+@pytest.mark.parametrize(
+    "p",
+    [pod(deleting=True), pod(gated=False, phase="Succeeded"), pod(gated=False, phase="Failed")],
+    ids=["deleted", "succeeded", "failed"],
+)
+def test_deleted_or_terminal_pod_releases_live_allocations(p: dict[str, Any]) -> None:
+    s = step(p, [alloc(0, names.PHASE_READY), alloc(1, deleting=True)])
+    assert (s.kind, s.keys) == (StepKind.RELEASE, ("ns/p-x-0",))
+
+
+def test_finalizer_stays_until_every_allocation_is_gone() -> None:
+    assert step(pod(deleting=True), [alloc(0, deleting=True)]).kind is StepKind.WAIT
+    assert step(pod(deleting=True), []).kind is StepKind.REMOVE_FINALIZER
+    assert step(pod(deleting=True, finalizer=False), []).kind is StepKind.NOTHING
+
+
+def test_pod_deleted_while_gated_and_unplaced_just_drops_the_finalizer() -> None:
+    assert step(pod(deleting=True, gated=True), []).kind is StepKind.REMOVE_FINALIZER
+
+
+def test_failed_allocation_releases_everything_and_names_the_node() -> None:
+    s = step(
+        pod(count="2"),
+        [alloc(0, names.PHASE_READY, node="n2"), alloc(1, names.PHASE_FAILED, node="n2")],
+    )
+    assert (s.kind, s.keys, s.node, s.message) == (
+        StepKind.RETRY,
+        ("ns/p-x-0", "ns/p-x-1"),
+        "n2",
+        "boom",
+    )
+
+
+def test_replacement_waits_for_the_old_allocations_to_go() -> None:
+    assert step(pod(), [alloc(0, names.PHASE_FAILED, deleting=True)]).kind is StepKind.WAIT
+
+
+def test_attempts_exhausted_gives_up() -> None:
+    assert step(pod(), [], attempts=3).kind is StepKind.GIVE_UP
+    assert step(pod(), [], attempts=2).kind is StepKind.PLACE
+
+
+def test_allocation_deleted_under_a_running_pod_is_reported_once_ours_are_excluded() -> None:
+    running = pod(gated=False, phase="Running")
+    gone = alloc(0, names.PHASE_READY, deleting=True)
+    s = step(running, [gone])
+    assert (s.kind, s.keys) == (StepKind.LOST, ("ns/p-x-0",))
+    assert step(running, [gone], released_by_us={"ns/p-x-0"}).kind is StepKind.NOTHING
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(None, 1), ("3", 3), (" 2 ", 2), ("x", 1)])
+def test_requested_count(raw: str | None, expected: int) -> None:
+    assert requested_count(pod(count=raw)) == expected
+
+
+def test_alloc_view_reads_the_api_object() -> None:
+    view = AllocView.from_api(
+        {
+            "metadata": {"namespace": "ns", "name": "a", "deletionTimestamp": "x"},
+            "spec": {"nodeName": "n", "vnpuId": 104},
+            "status": {"phase": "Failed", "message": "no room"},
+        }
+    )
+    assert view == AllocView("ns/a", "n", 104, "Failed", True, "no room")
+    assert AllocView.from_api({"metadata": {"namespace": "ns", "name": "b"}}).phase == "Pending"
