@@ -23,7 +23,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_operator import names
 from vnpu_operator.admission import OfferedTemplates
-from vnpu_operator.api.models import VNPUNodeStatus
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi, allocation_body
 from vnpu_operator.lifecycle import (
@@ -302,15 +301,14 @@ class Controller:
                 )
 
     def _refresh_offered(self) -> None:
+        # From the ledger's parsed inventories: no re-parsing of every
+        # VNPUNode on every VNPUNode event.
         if not self.synced:
             return
-        statuses = []
-        for name, obj in self.vnpunodes.items():
-            try:
-                statuses.append(VNPUNodeStatus.model_validate(obj.get("status") or {}))
-            except ValueError as exc:
-                log.warning("VNPUNode %s status unreadable: %s", name, exc)
-        self.offered = OfferedTemplates.from_node_statuses(statuses)
+        inventories = (self.ledger.node(n) for n in self.ledger.node_names())
+        self.offered = OfferedTemplates.from_node_statuses(
+            inv.status for inv in inventories if inv is not None
+        )
 
     def offered_templates(self) -> OfferedTemplates | None:
         return self.offered
