@@ -31,6 +31,7 @@ from vnpu_operator.lifecycle import (
     StepKind,
     decide,
     is_deleting,
+    is_gated,
     is_terminal,
 )
 from vnpu_operator.metrics import OperatorMetrics, StateView
@@ -182,6 +183,19 @@ class Controller:
 
     def allocation_gone(self, obj: Raw) -> None:
         key, pod_uid = _key(obj), _alloc_pod_uid(obj)
+        pod = self.pods.get(pod_uid)
+        if (
+            pod is not None
+            and key not in self.released_by_us
+            and key not in self.lost_told
+            and key in self.allocs
+            and not is_gated(pod)
+            and not is_deleting(pod)
+            and not is_terminal(pod)
+        ):
+            # The deletion was not ours and the reconcile that would have seen
+            # it terminating may not have run before the object went.
+            self._spawn(self._announce_lost(pod, key, self.ledger.allocation(key)))
         self.allocs.pop(key, None)
         keys = self.allocs_by_pod.get(pod_uid)
         if keys is not None:
@@ -560,15 +574,17 @@ class Controller:
             if key in self.lost_told:
                 continue
             self.lost_told.add(key)
-            alloc = self.ledger.allocation(key)
-            what = f"vNPU {alloc.vnpu_id} on node {alloc.node}" if alloc else key
-            await self.api.event(
-                pod,
-                reason="VNPUReleasedExternally",
-                warning=True,
-                message=f"allocation {key} ({what}) was deleted while the pod runs; the vNPU "
-                "is destroyed and the pod keeps no device there",
-            )
+            await self._announce_lost(pod, key, self.ledger.allocation(key))
+
+    async def _announce_lost(self, pod: Raw, key: str, alloc: Allocation | None) -> None:
+        what = f"vNPU {alloc.vnpu_id} on node {alloc.node}" if alloc else key
+        await self.api.event(
+            pod,
+            reason="VNPUReleasedExternally",
+            warning=True,
+            message=f"allocation {key} ({what}) was deleted while the pod runs; the vNPU "
+            "is destroyed and the pod keeps no device there",
+        )
 
     async def _tell(
         self,

@@ -355,3 +355,27 @@ async def test_restarted_controller_books_around_existing_allocations() -> None:
 )
 def test_parse_time(text: Any, expected: float | None) -> None:
     assert parse_time(text) == expected
+
+
+async def test_allocation_vanishing_under_a_running_pod_is_reported_once() -> None:
+    w = World()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod())
+    await w.settle()
+    w.echo_created(names.PHASE_READY)
+    await w.settle()
+    running = pod()
+    running["spec"].pop("schedulingGates")
+    w.controller.pod_event("MODIFIED", running)
+    (body,) = w.created()
+    # The terminating update and the deletion arrive back to back.
+    w.controller.allocation_seen(
+        {**body, "metadata": {**body["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    )
+    w.controller.allocation_gone(body)
+    await w.settle()
+    lost = [m for r, m in w.api.of("event") if r == "VNPUReleasedExternally"]
+    assert len(lost) == 1
+    assert "vNPU 100 on node n1" in lost[0]
+    assert w.api.of("create_allocation") == [body]
