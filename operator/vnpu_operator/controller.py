@@ -113,6 +113,8 @@ class Controller:
         self.seen_at: dict[str, float] = {}
         self.releasing_since: dict[str, float] = {}
         self.released_by_us: set[str] = set()
+        # Allocations created by us and not yet seen by the watch.
+        self.created: set[str] = set()
         self.lost_told: set[str] = set()
         self.failed_seen: set[str] = set()
 
@@ -166,6 +168,7 @@ class Controller:
     def allocation_seen(self, obj: Raw) -> None:
         key, pod_uid = _key(obj), _alloc_pod_uid(obj)
         self.allocs[key] = obj
+        self.created.discard(key)
         if pod_uid:
             self.allocs_by_pod.setdefault(pod_uid, set()).add(key)
         try:
@@ -204,6 +207,7 @@ class Controller:
                 del self.allocs_by_pod[pod_uid]
         self.ledger.remove_allocation(key)
         self.failed_seen.discard(key)
+        self.created.discard(key)
         self.released_by_us.discard(key)
         self.lost_told.discard(key)
         if pod_uid:
@@ -503,16 +507,19 @@ class Controller:
         self.waiting.pop(uid, None)
         existing = self.allocs_by_pod.get(uid, set())
         for alloc in result.allocations:
-            if alloc.key in existing:
+            # In the cache, or created and on its way there: nothing to write.
+            if alloc.key in existing or alloc.key in self.created:
                 continue
             try:
                 await self.api.create_allocation(allocation_body(alloc, pod))
             except Exception:
-                # Not created: the booking must not outlive the failed write.
+                # The bookings whose objects do not exist must not outlive
+                # the failed write; the ones created stay booked.
                 for other in result.allocations:
-                    if other.key not in self.allocs:
+                    if other.key not in self.allocs and other.key not in self.created:
                         self.ledger.remove_allocation(other.key)
                 raise
+            self.created.add(alloc.key)
         log.info("pod %s placed on %s: vNPU %s", _key(pod), result.node, result.visible_devices)
 
     async def _pin(self, uid: str, pod: Raw, step: Step) -> None:

@@ -379,3 +379,15 @@ async def test_allocation_vanishing_under_a_running_pod_is_reported_once() -> No
     assert len(lost) == 1
     assert "vNPU 100 on node n1" in lost[0]
     assert w.api.of("create_allocation") == [body]
+
+
+async def test_pod_events_before_the_watch_brings_the_allocation_do_not_create_twice() -> None:
+    w = World()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod())
+    await w.settle()
+    w.controller.pod_event("MODIFIED", pod())
+    await w.settle()
+    assert len(w.created()) == 1
+    assert len(w.controller.ledger.allocations()) == 1
