@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +45,7 @@ from vnpu_operator.placement import (
     Ledger,
     NodeInventory,
     NoFit,
+    Placement,
     PlacementError,
     PodRequest,
 )
@@ -76,6 +78,19 @@ def parse_time(value: Any) -> float | None:
         return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def _signature(request: PodRequest, avoid: frozenset[str]) -> tuple[Any, ...]:
+    """What placement reads of a request, minus who asks."""
+    return (
+        request.template,
+        request.count,
+        request.chip_model,
+        json.dumps(dict(request.node_selector), sort_keys=True),
+        json.dumps(request.required_affinity, sort_keys=True),
+        json.dumps(list(request.tolerations), sort_keys=True),
+        avoid,
+    )
 
 
 class Controller:
@@ -124,6 +139,8 @@ class Controller:
         self._waiting_kick: asyncio.Handle | None = None
         self._lease_timers: dict[str, asyncio.TimerHandle] = {}
         self._side_tasks: set[asyncio.Task[None]] = set()
+        self._capacity_epoch = 0
+        self._nofits: dict[tuple[Any, ...], tuple[int, NoFit]] = {}
 
         metrics.watch(
             StateView(
@@ -346,6 +363,8 @@ class Controller:
     def kick_waiting(self) -> None:
         """Capacity may have grown: retry waiting pods, oldest first, once
         per burst of changes."""
+        self._capacity_epoch += 1
+        self._nofits.clear()
         if not self.waiting or self._waiting_kick is not None:
             return
         try:
@@ -482,12 +501,29 @@ class Controller:
         if since is not None:
             self.metrics.release_latency.observe(self.clock() - since)
 
+    def _place_or_cached_nofit(
+        self, request: PodRequest, avoid: frozenset[str]
+    ) -> Placement | NoFit:
+        """Bookings only ever shrink free capacity, so a request that did not
+        fit still does not until capacity grows (the epoch moves): hundreds
+        of alike waiting pods cost one placement per capacity change, not one
+        each. Pods holding part of their booking are always placed afresh."""
+        signature = None
+        if not self.ledger.allocations_for(request.uid):
+            signature = _signature(request, avoid)
+            cached = self._nofits.get(signature)
+            if cached is not None and cached[0] == self._capacity_epoch:
+                return cached[1]
+        result = self.ledger.place(request, self.settings.policy, avoid=avoid)
+        if signature is not None and isinstance(result, NoFit):
+            self._nofits[signature] = (self._capacity_epoch, result)
+        return result
+
     async def _place(self, uid: str, pod: Raw) -> None:
         try:
             request = PodRequest.from_pod(pod)
-            result = self.ledger.place(
-                request, self.settings.policy, avoid=self.avoid.get(uid, set())
-            )
+            avoid = frozenset(self.avoid.get(uid, ()))
+            result = self._place_or_cached_nofit(request, avoid)
         except InvalidRequestError as exc:
             self.metrics.placement_failures.labels("invalid-request").inc()
             await self._tell(uid, pod, "InvalidRequest", str(exc), condition=True, warning=True)

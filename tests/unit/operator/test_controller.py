@@ -391,3 +391,34 @@ async def test_pod_events_before_the_watch_brings_the_allocation_do_not_create_t
     await w.settle()
     assert len(w.created()) == 1
     assert len(w.controller.ledger.allocations()) == 1
+
+
+async def test_alike_waiting_pods_cost_one_placement_per_capacity_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = World()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    calls = []
+    real_place = w.controller.ledger.place
+
+    def counting_place(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0].uid)
+        return real_place(*args, **kwargs)
+
+    monkeypatch.setattr(w.controller.ledger, "place", counting_place)
+    for i in range(5):
+        w.controller.pod_event("ADDED", pod(f"big{i}", f"u{i}", template="vir10_3c_32g", count=2))
+    await w.settle()
+    assert len(w.created()) == 2  # the first pod fills the chip
+    assert len(calls) == 2  # the first placement and one NoFit for the four alike
+    assert len(w.controller.waiting) == 4
+
+    w.controller.pod_event("DELETED", pod("big0", "u0"))
+    await w.settle()
+    w.echo_created()
+    for body in w.created():
+        w.controller.allocation_gone(body)
+    await w.settle()
+    assert len(w.controller.waiting) == 3
+    assert w.created()[-1]["spec"]["podUID"] == "u1"
