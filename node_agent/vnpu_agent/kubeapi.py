@@ -37,19 +37,39 @@ class AgentApi:
         self.coordination = client.CoordinationV1Api(api_client)
         self.namespace = namespace
 
-    async def patch_allocation_status(
-        self, namespace: str, name: str, status: dict[str, Any]
-    ) -> None:
-        await _untyped(
-            self.custom.patch_namespaced_custom_object_status,
-            names.GROUP,
-            names.VERSION,
-            namespace,
-            names.ALLOCATION_PLURAL,
-            name,
-            {"status": status},
-            _content_type=MERGE,
-        )
+    async def patch_allocation_status(self, obj: dict[str, Any], status: dict[str, Any]) -> bool:
+        """Sets the given status fields of the allocation `obj` describes.
+
+        A JSON patch guarded by a `test` of the object's uid: a cached copy
+        may be stale and an object of the same name may have replaced it
+        (a pod placed again), which must never receive this status. False
+        when the object is gone or was replaced."""
+        meta = obj["metadata"]
+        ops: list[dict[str, Any]] = []
+        if meta.get("uid"):
+            ops.append({"op": "test", "path": "/metadata/uid", "value": meta["uid"]})
+        if obj.get("status"):
+            ops += [{"op": "add", "path": f"/status/{k}", "value": v} for k, v in status.items()]
+        else:
+            ops.append({"op": "add", "path": "/status", "value": status})
+        try:
+            await _untyped(
+                self.custom.patch_namespaced_custom_object_status,
+                names.GROUP,
+                names.VERSION,
+                meta["namespace"],
+                names.ALLOCATION_PLURAL,
+                meta["name"],
+                ops,
+                _content_type=JSON_PATCH,
+            )
+        except ApiException as exc:
+            if exc.status in (404, 422):
+                log.info("allocation %s/%s gone or replaced; status not written",
+                         meta["namespace"], meta["name"])  # fmt: skip
+                return False
+            raise
+        return True
 
     async def remove_finalizer(self, obj: dict[str, Any]) -> None:
         """JSON patch with a `test`, so a concurrent change to the list
@@ -60,6 +80,13 @@ class AgentApi:
             return
         index = finalizers.index(names.ALLOCATION_FINALIZER)
         path = f"/metadata/finalizers/{index}"
+        # The uid test keeps a stale cached copy from releasing a newer
+        # object of the same name.
+        guard = (
+            [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]}]
+            if meta.get("uid")
+            else []
+        )
         try:
             await _untyped(
                 self.custom.patch_namespaced_custom_object,
@@ -69,12 +96,19 @@ class AgentApi:
                 names.ALLOCATION_PLURAL,
                 meta["name"],
                 [
+                    *guard,
                     {"op": "test", "path": path, "value": names.ALLOCATION_FINALIZER},
                     {"op": "remove", "path": path},
                 ],
                 _content_type=JSON_PATCH,
             )
         except ApiException as exc:
+            if exc.status == 422:
+                # A test failed: replaced object, or a changed list the next
+                # event brings (and the release runs again on it).
+                log.info("finalizer of %s/%s not removed: %s", meta["namespace"], meta["name"],
+                         exc.reason)  # fmt: skip
+                return
             if exc.status != 404:
                 raise
 

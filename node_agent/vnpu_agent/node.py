@@ -312,8 +312,7 @@ class NodeAgent:
         if status.phase == names.PHASE_FAILED and status.message == msg:
             return
         await self.api.patch_allocation_status(
-            alloc.metadata.namespace or "",
-            alloc.metadata.name,
+            obj,
             {
                 "phase": names.PHASE_FAILED,
                 "message": msg,
@@ -362,9 +361,7 @@ class NodeAgent:
             "conditions": [c.to_api() for c in status.conditions],
         }
         if desired != current:
-            await self.api.patch_allocation_status(
-                alloc.metadata.namespace or "", alloc.metadata.name, desired
-            )
+            await self.api.patch_allocation_status(obj, desired)
         old_health = find_condition(status.conditions, names.COND_HEALTHY)
         if old_health is not None and (old_health.status == "True") != healthy:
             await self.api.event(
@@ -430,8 +427,7 @@ class NodeAgent:
             else f"destroying vNPU {alloc.spec.vnpu_id} failed, retrying: {exc}"
         )
         await self.api.patch_allocation_status(
-            alloc.metadata.namespace or "",
-            alloc.metadata.name,
+            obj,
             {"phase": names.PHASE_RELEASING, "message": msg},
         )
         await self.api.event(

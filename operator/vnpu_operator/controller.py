@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -38,6 +39,7 @@ from vnpu_operator.lifecycle import (
 from vnpu_operator.metrics import OperatorMetrics, StateView
 from vnpu_operator.pinning import PinningError, pin_patch
 from vnpu_operator.placement import (
+    MAX_COUNT,
     Allocation,
     InvalidAllocationError,
     InvalidInventoryError,
@@ -423,8 +425,15 @@ class Controller:
     # ------------------------------------------------------------ reconcile
 
     def views(self, uid: str) -> list[AllocView]:
+        """The pod's allocations as `decide` reads them. One we asked to
+        delete counts as deleting before the watch says so: a late status
+        update (say, Ready) of a released allocation must not start the pod."""
         keys = sorted(self.allocs_by_pod.get(uid, ()))
-        return [AllocView.from_api(self.allocs[k]) for k in keys if k in self.allocs]
+        views = [AllocView.from_api(self.allocs[k]) for k in keys if k in self.allocs]
+        return [
+            replace(v, deleting=True) if v.key in self.released_by_us and not v.deleting else v
+            for v in views
+        ]
 
     async def reconcile(self, uid: str) -> None:
         if not self.synced:
@@ -514,7 +523,12 @@ class Controller:
             cached = self._nofits.get(signature)
             if cached is not None and cached[0] == self._capacity_epoch:
                 return cached[1]
-        result = self.ledger.place(request, self.settings.policy, avoid=avoid)
+        # A new placement after a failure gets new object names: an agent
+        # still releasing the old objects must never mistake the new ones.
+        first_index = self.attempts.get(request.uid, 0) * MAX_COUNT
+        result = self.ledger.place(
+            request, self.settings.policy, avoid=avoid, first_index=first_index
+        )
         if signature is not None and isinstance(result, NoFit):
             self._nofits[signature] = (self._capacity_epoch, result)
         return result

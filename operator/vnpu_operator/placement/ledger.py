@@ -201,11 +201,13 @@ class Ledger:
         request: PodRequest,
         policy: Policy = Policy.BINPACK,
         avoid: Collection[str] = (),
+        first_index: int = 0,
     ) -> Placement | NoFit:
         """Chooses a node, chips and vNPU ids for the whole request and books
         them before returning. Placing a pod that already holds allocations
         returns them (completing a partial booking on the same node).
-        Nodes in `avoid` (where this pod's vNPUs failed) are not chosen."""
+        Nodes in `avoid` (where this pod's vNPUs failed) are not chosen; new
+        allocation names count from `first_index`."""
         with self._lock:
             existing = self.allocations_for(request.uid)
             if existing:
@@ -253,19 +255,20 @@ class Ledger:
                     best = (rank, name, slots)
             if best is None:
                 return NoFit(template=request.template, count=request.count, node_reasons=reasons)
-            return self._book(request, best[1], best[2])
+            return self._book(request, best[1], best[2], first_index)
 
     def _book(
         self,
         request: PodRequest,
         node: str,
         slots: list[tuple[int, int]],
+        first_index: int = 0,
     ) -> Placement:
         # Indexes already used by this pod, or (however unlikely) by another
         # pod's key, are skipped: booking must never overwrite a booking.
         keys = (
             f"{request.namespace}/{allocation_name(request.name, request.uid, i)}"
-            for i in itertools.count()
+            for i in itertools.count(first_index)
         )
         free_keys = (k for k in keys if k not in self._allocs)
         # free_keys is endless; slots decides how many are booked.

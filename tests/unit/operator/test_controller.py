@@ -255,6 +255,8 @@ async def test_failed_allocation_is_placed_elsewhere_then_given_up() -> None:
     await w.settle()
     second = w.created()[-1]
     assert second["spec"]["nodeName"] != first["spec"]["nodeName"]
+    # A new name: an agent still releasing the old object never mistakes the new one.
+    assert second["metadata"]["name"] != first["metadata"]["name"]
 
     w.controller.allocation_seen({**second, "status": {"phase": "Failed", "message": "again"}})
     await w.settle()
@@ -422,3 +424,21 @@ async def test_alike_waiting_pods_cost_one_placement_per_capacity_change(
     await w.settle()
     assert len(w.controller.waiting) == 3
     assert w.created()[-1]["spec"]["podUID"] == "u1"
+
+
+async def test_a_late_ready_of_a_released_allocation_does_not_start_the_pod() -> None:
+    w = World()
+    w.add_node("n1")
+    w.add_node("n2")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod())
+    await w.settle()
+    (first,) = w.created()
+    w.controller.allocation_seen({**first, "status": {"phase": "Failed", "message": "boom"}})
+    await w.settle()
+    assert w.api.of("delete_allocation") == [f"ns/{first['metadata']['name']}"]
+    # The agent's retry adopted the half-made vNPU and wrote Ready before the
+    # deletion reached the operator's cache.
+    w.controller.allocation_seen({**first, "status": {"phase": "Ready"}})
+    await w.settle()
+    assert w.api.of("patch_pod") == []
