@@ -170,7 +170,33 @@ class Stack:
         self.agent = AgentProcess(plane, workdir / "agent", self.node_names, extra=agent_extra)
         self.operator = OperatorProcess(plane, workdir / "operator", extra=operator_extra)
 
+    def purge_foreign(self) -> None:
+        """Earlier test modules may leave VNPUNodes, agent Leases and
+        allocations of nodes nobody serves any more; an operator would place
+        pods there. Removed (allocations with their finalizers stripped)."""
+        ours = set(self.node_names)
+        for vn in (get_json(self.plane, "vnpunodes") or {}).get("items", []):
+            name = vn["metadata"]["name"]
+            if name not in ours:
+                self.plane.kubectl("delete", "vnpunode", name, "--wait=false", check=False)
+        leases = get_json(self.plane, "leases", "-n", AGENT_NAMESPACE) or {}
+        for lease in leases.get("items", []):
+            name = lease["metadata"]["name"]
+            if name.startswith(names.LEASE_PREFIX) and name[len(names.LEASE_PREFIX) :] not in ours:
+                self.plane.kubectl("delete", "lease", "-n", AGENT_NAMESPACE, name, check=False)
+        for alloc in (get_json(self.plane, "vnpuallocations", "-A") or {}).get("items", []):
+            meta = alloc["metadata"]
+            if (meta.get("labels") or {}).get(names.LABEL_NODE) in ours:
+                continue
+            where = ["-n", meta["namespace"], f"vnpuallocation/{meta['name']}"]
+            self.plane.kubectl("delete", *where, "--wait=false", check=False)
+            self.plane.kubectl(
+                "patch", *where, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                check=False,
+            )  # fmt: skip
+
     def start(self) -> Stack:
+        self.purge_foreign()
         self.agent.start()
         wait_for(
             "VNPUNodes published",
@@ -196,6 +222,10 @@ class Stack:
         finally:
             self.operator.kill(signal.SIGTERM)
             self.agent.kill(signal.SIGTERM)
+            # The operator registered webhooks that now point nowhere; with
+            # failurePolicy Fail they would refuse later modules' vNPU pods.
+            for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+                self.plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, check=False)
             for node in self.node_names:
                 self.plane.kubectl("delete", "node", node, "--wait=false", check=False)
                 self.plane.kubectl("delete", "vnpunode", node, "--wait=false", check=False)
