@@ -87,8 +87,9 @@ def env(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         extra=[f"--lease-duration-seconds={LEASE_SECONDS}"],
     )
     try:
-        lease_agent.start()
+        # The stack first: it clears VNPUNodes of nodes it does not serve.
         stack.start()
+        lease_agent.start()
         wait_for(
             "VNPUNode of the lease node",
             lambda: get_json(plane, "vnpunode", LEASE_NODE.name),
