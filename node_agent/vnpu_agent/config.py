@@ -6,13 +6,14 @@ fail at start with pydantic's message naming the setting, never later.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from vnpu_operator.cli import parse_settings
 
 DriverKind = Literal["sim", "npu-smi", "dcmi"]
 ForeignPolicy = Literal["keep", "collect"]
@@ -95,18 +96,6 @@ class AgentSettings(BaseSettings):
 
 def parse_args(argv: Sequence[str] | None = None) -> AgentSettings:
     """Settings from flags over environment; exits with a clear message on bad values."""
-    parser = argparse.ArgumentParser(
-        prog="vnpu-agent", description="vnpu-operator node agent", argument_default=None
+    return parse_settings(
+        AgentSettings, argv, prog="vnpu-agent", description="vnpu-operator node agent"
     )
-    for name, field in AgentSettings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, dest=name, default=None, help=field.description)
-    args = parser.parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if v is not None}
-    try:
-        return AgentSettings(**overrides)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
-        parser.error(problems)

@@ -14,7 +14,6 @@ from typing import Any
 from aiohttp import web
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vnpu_agent.config import AgentSettings, parse_args
 from vnpu_agent.drivers.base import Driver
@@ -23,6 +22,7 @@ from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import AllocationWatcher
 from vnpu_operator import __version__, names
+from vnpu_operator.cli import serve_http
 
 log = logging.getLogger("vnpu_agent")
 
@@ -100,27 +100,14 @@ class Agent:
         )
 
     async def serve_http(self) -> web.AppRunner:
-        async def metrics(_: web.Request) -> web.Response:
-            body = generate_latest(self.metrics.registry)
-            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-        async def healthz(_: web.Request) -> web.Response:
-            return web.Response(text="ok")
-
-        async def readyz(_: web.Request) -> web.Response:
-            if self.ready():
-                return web.Response(text="ok")
-            return web.Response(status=503, text="allocation view not synced or driver down")
-
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/readyz", readyz)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self.settings.metrics_host, self.settings.metrics_port)
-        await site.start()
-        return runner
+        s = self.settings
+        return await serve_http(
+            s.metrics_host,
+            s.metrics_port,
+            self.metrics.registry,
+            self.ready,
+            "allocation view not synced or driver down",
+        )
 
     async def run(self) -> None:
         s = self.settings

@@ -6,14 +6,14 @@ fail at start with pydantic's message naming the setting.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from vnpu_operator.cli import parse_settings
 from vnpu_operator.placement import Policy
 
 
@@ -70,22 +70,10 @@ class OperatorSettings(BaseSettings):
 
 def parse_args(argv: Sequence[str] | None = None) -> OperatorSettings:
     """Settings from flags over environment; exits with a clear message on bad values."""
-    parser = argparse.ArgumentParser(
-        prog="vnpu-operator", description="vnpu-operator cluster operator", argument_default=None
+    return parse_settings(
+        OperatorSettings,
+        argv,
+        prog="vnpu-operator",
+        description="vnpu-operator cluster operator",
+        list_fields=("webhook_dns_names",),
     )
-    for name, field in OperatorSettings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, dest=name, default=None, help=field.description)
-    args = parser.parse_args(argv)
-    overrides = {k: v for k, v in vars(args).items() if v is not None}
-    if isinstance(overrides.get("webhook_dns_names"), str):
-        overrides["webhook_dns_names"] = [
-            n.strip() for n in overrides["webhook_dns_names"].split(",") if n.strip()
-        ]
-    try:
-        return OperatorSettings(**overrides)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
-        )
-        parser.error(problems)

@@ -11,11 +11,10 @@ import sys
 from collections.abc import Sequence
 
 import kopf
-from aiohttp import web
 from kubernetes_asyncio import client, config
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vnpu_operator import __version__, names
+from vnpu_operator.cli import serve_http
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.controller import Controller
 from vnpu_operator.handlers import register
@@ -24,30 +23,6 @@ from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.webhook_server import WebhookServer
 
 log = logging.getLogger("vnpu_operator")
-
-
-async def serve_http(settings: OperatorSettings, metrics: OperatorMetrics,
-                     controller: Controller) -> web.AppRunner:  # fmt: skip
-    async def metrics_page(_: web.Request) -> web.Response:
-        body = generate_latest(metrics.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def readyz(_: web.Request) -> web.Response:
-        if controller.synced:
-            return web.Response(text="ok")
-        return web.Response(status=503, text="caches not synced")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics_page)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, settings.metrics_host, settings.metrics_port).start()
-    return runner
 
 
 async def run(settings: OperatorSettings) -> None:
@@ -61,7 +36,13 @@ async def run(settings: OperatorSettings) -> None:
     api_client.user_agent = f"{names.USER_AGENT_OPERATOR}/{__version__}"
     metrics = OperatorMetrics()
     controller = Controller(OperatorApi(api_client), settings, metrics)
-    runner = await serve_http(settings, metrics, controller)
+    runner = await serve_http(
+        settings.metrics_host,
+        settings.metrics_port,
+        metrics.registry,
+        lambda: controller.synced,
+        "caches not synced",
+    )
     webhook = WebhookServer(settings, controller.offered_templates)
     await webhook.start()
     await webhook.register(api_client)

@@ -1,0 +1,51 @@
+"""Operator settings: flags over environment, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from vnpu_operator.config import parse_args
+from vnpu_operator.placement import Policy
+from vnpu_operator.webhook_server import parse_service, webhook_target
+
+
+def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VNPU_POLICY", "spread")
+    monkeypatch.setenv("VNPU_MAX_ATTEMPTS", "5")
+    settings = parse_args(["--max-attempts=2", "--webhook-dns-names=a.example, b.example"])
+    assert settings.policy is Policy.SPREAD
+    assert settings.max_attempts == 2
+    assert settings.webhook_dns_names == ["a.example", "b.example"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--policy=random"], "policy"),
+        (["--max-attempts=0"], "max_attempts"),
+        (["--webhook-url=https://x", "--webhook-service=ns/svc"], "not both"),
+        (["--webhook-service=svc"], "namespace/name"),
+    ],
+)
+def test_bad_values_exit_naming_the_setting(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert needle in capsys.readouterr().err
+
+
+def test_webhook_targets() -> None:
+    assert webhook_target(parse_args(["--webhook-url=https://127.0.0.1:9443"])) == (
+        "https://127.0.0.1:9443"
+    )
+    service = parse_service("vnpu-system/vnpu-operator-webhook:8443")
+    assert (service.namespace, service.name, service.port) == (
+        "vnpu-system",
+        "vnpu-operator-webhook",
+        8443,
+    )
+    assert parse_service("ns/name").port == 443
+    assert webhook_target(parse_args([])) is None
+    with pytest.raises(ValueError, match="namespace/name"):
+        parse_service("/name")
