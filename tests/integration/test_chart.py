@@ -1,0 +1,709 @@
+"""The Helm chart against a real kube-apiserver: lint, schema, server-side validation,
+install, RBAC of each component, the agents' node scoping (ValidatingAdmissionPolicy),
+upgrade and uninstall.
+
+The tests of this module share one release and run in file order: install first,
+uninstall last.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from localplane import LocalPlane, NodeSpec
+from vnpu_operator import names
+from vnpu_operator.admission import (
+    ServiceRef,
+    mutating_webhook_configuration,
+    validating_webhook_configuration,
+)
+
+pytestmark = pytest.mark.plane
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "vnpu-operator"
+RELEASE = "vnpu-operator"
+NAMESPACE = "vnpu-system-chart"
+OPERATOR_SA = "vnpu-operator-operator"
+AGENT_SA = "vnpu-operator-agent"
+NODE_A, NODE_B = "chart-npu-a", "chart-npu-b"
+KUBE_VERSION = "1.34.0"
+SIM_VALUES = ("--set", "agent.driver=sim", "--set", "agent.simChips=910B3=2")
+
+
+def helm(plane: LocalPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [plane.binary("helm"), *args],
+        capture_output=True,
+        text=True,
+        env={
+            **plane.env(),
+            "HELM_CACHE_HOME": str(plane.workdir / "helm-cache"),
+            "HELM_CONFIG_HOME": str(plane.workdir / "helm-config"),
+            "HELM_DATA_HOME": str(plane.workdir / "helm-data"),
+        },
+        timeout=300,
+    )
+    if check:
+        assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stderr}"
+    return proc
+
+
+def render(plane: LocalPlane, *args: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    out = helm(
+        plane,
+        "template",
+        RELEASE,
+        str(CHART),
+        "-n",
+        namespace,
+        "--kube-version",
+        KUBE_VERSION,
+        *args,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def get_json(plane: LocalPlane, *args: str) -> Any:
+    return json.loads(plane.kubectl("get", *args, "-o", "json").stdout)
+
+
+@dataclass
+class Credential:
+    """A bearer token and the API server it is good for; no client certificate."""
+
+    plane: LocalPlane
+    token: str
+
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> tuple[int, dict[str, Any]]:
+        ctx = ssl.create_default_context(cafile=str(self.plane.ca_file))
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.plane.server + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type},
+        )
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+
+    def can_i(self, verb: str, resource: str, namespace: str | None = None) -> bool:
+        kubeconfig = self.plane.workdir / "empty-kubeconfig"
+        kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+        args = [
+            self.plane.binary("kubectl"),
+            f"--kubeconfig={kubeconfig}",
+            f"--server={self.plane.server}",
+            f"--certificate-authority={self.plane.ca_file}",
+            f"--token={self.token}",
+            "auth",
+            "can-i",
+            verb,
+        ]
+        # "pods/status" is a subresource here, "kind/name" a resource name.
+        if resource.endswith("/status"):
+            args += [resource.removesuffix("/status"), "--subresource=status"]
+        else:
+            args.append(resource)
+        args += ["-n", namespace] if namespace else ["--all-namespaces"]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        answer = proc.stdout.strip()
+        assert answer in ("yes", "no"), f"can-i {verb} {resource}: {proc.stdout} {proc.stderr}"
+        return answer == "yes"
+
+    def whoami(self) -> dict[str, Any]:
+        status, body = self.request(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+        assert status == 201, body
+        return dict(body["status"]["userInfo"])
+
+
+def token(plane: LocalPlane, sa: str, *bound: str) -> Credential:
+    out = plane.kubectl("create", "token", sa, "-n", NAMESPACE, "--duration=1h", *bound)
+    return Credential(plane, out.stdout.strip())
+
+
+def wait_for(what: str, check: Any, timeout: float = 90) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def agent_pod(plane: LocalPlane, node: str) -> str:
+    def find() -> str | None:
+        pods = get_json(
+            plane,
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "app.kubernetes.io/component=agent",
+            "--field-selector",
+            f"spec.nodeName={node}",
+        )["items"]
+        return pods[0]["metadata"]["name"] if pods else None
+
+    return str(wait_for(f"agent pod on {node}", find))
+
+
+# ---------------------------------------------------------------- static checks
+
+
+def test_helm_lint_strict(plane: LocalPlane) -> None:
+    helm(plane, "lint", "--strict", str(CHART))
+    helm(
+        plane,
+        "lint",
+        "--strict",
+        str(CHART),
+        *SIM_VALUES,
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "operator.podDisruptionBudget.enabled=true",
+    )
+
+
+def test_chart_crds_are_the_generated_ones() -> None:
+    generated = {p.name: p.read_text() for p in sorted((ROOT / "crds").glob("*.yaml"))}
+    shipped = {p.name: p.read_text() for p in sorted((CHART / "files" / "crds").glob("*.yaml"))}
+    assert shipped == generated, "charts/vnpu-operator/files/crds drifted: cp crds/*.yaml there"
+
+
+def test_rendered_crds_are_kept_on_uninstall(plane: LocalPlane) -> None:
+    crds = [d for d in render(plane) if d["kind"] == "CustomResourceDefinition"]
+    assert sorted(c["metadata"]["name"] for c in crds) == [
+        f"{names.ALLOCATION_PLURAL}.{names.GROUP}",
+        f"{names.NODE_PLURAL}.{names.GROUP}",
+    ]
+    for crd in crds:
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert not [
+        d
+        for d in render(plane, "--set", "crds.install=false")
+        if d["kind"] == "CustomResourceDefinition"
+    ]
+
+
+def test_webhook_configurations_match_what_the_operator_registers(plane: LocalPlane) -> None:
+    docs = render(plane)
+    service = ServiceRef(namespace=NAMESPACE, name=f"{RELEASE}-webhook", port=443)
+    expected = {
+        "MutatingWebhookConfiguration": mutating_webhook_configuration(service, None),
+        "ValidatingWebhookConfiguration": validating_webhook_configuration(service, None),
+    }
+    for kind, body in expected.items():
+        (shipped,) = [d for d in docs if d["kind"] == kind]
+        assert shipped["metadata"]["name"] == body["metadata"]["name"]
+        assert shipped["webhooks"] == body["webhooks"], kind
+    # The operator registers the Service the chart creates, on the same port.
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = {
+        e["name"]: e.get("value")
+        for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["VNPU_WEBHOOK_SERVICE"] == f"{NAMESPACE}/{RELEASE}-webhook:443"
+    (svc,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == service.name]
+    assert svc["spec"]["ports"] == [
+        {"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}
+    ]
+    ports = deploy["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in ports
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("agent.driver=cuda", "at '/agent/driver': value must be one of 'dcmi', 'npu-smi', 'sim'"),
+        (
+            "operator.metricsPort=70000",
+            "at '/operator/metricsPort': maximum: got 70,000, want 65,535",
+        ),
+        (
+            "operator.policy=random",
+            "at '/operator/policy': value must be one of 'binpack', 'spread'",
+        ),
+        ("agent.hostPaths.driver=relative/dir", "at '/agent/hostPaths/driver'"),
+        ("operator.replicas=2", "additional properties 'replicas' not allowed"),
+    ],
+)
+def test_values_schema_rejects_bad_values(plane: LocalPlane, setting: str, message: str) -> None:
+    proc = helm(
+        plane,
+        "template",
+        RELEASE,
+        str(CHART),
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        setting,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+def test_rendered_manifests_pass_server_side_validation(plane: LocalPlane, namespace: str) -> None:
+    for values in (
+        (*SIM_VALUES, "--set", "operator.podDisruptionBudget.enabled=true"),
+        ("--set", "agent.driver=npu-smi"),
+        ("--set", "agent.driver=dcmi", "--set", "nodeScoping.enabled=false"),
+    ):
+        out = helm(
+            plane,
+            "template",
+            RELEASE,
+            str(CHART),
+            "-n",
+            namespace,
+            "--kube-version",
+            KUBE_VERSION,
+            *values,
+        ).stdout
+        proc = plane.kubectl(
+            "apply", "--dry-run=server", "-f", "-", input=out, check=False, timeout=120
+        )
+        assert proc.returncode == 0, f"{values}: {proc.stderr}"
+        assert "(server dry run)" in proc.stdout
+
+
+def test_driver_host_mounts(plane: LocalPlane) -> None:
+    def daemonset(*values: str) -> dict[str, Any]:
+        (ds,) = [d for d in render(plane, *values) if d["kind"] == "DaemonSet"]
+        return ds
+
+    spec = daemonset("--set", "agent.driver=dcmi")["spec"]["template"]["spec"]
+    paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert paths == {
+        "/dev",
+        "/usr/local/Ascend/driver",
+        "/usr/local/sbin/npu-smi",
+        "/etc/vnpu.cfg",
+        "/var/run/cdi",
+        "/var/lib/vnpu-agent",
+    }
+    container = spec["containers"][0]
+    assert container["securityContext"]["privileged"] is True
+    assert spec["nodeSelector"] == {names.LABEL_NPU_NODE: "true"}
+    env = {e["name"]: e for e in container["env"]}
+    assert env["VNPU_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["VNPU_DRIVER"]["value"] == "dcmi"
+
+    sim = daemonset(*SIM_VALUES)["spec"]["template"]["spec"]
+    assert {v["hostPath"]["path"] for v in sim["volumes"] if "hostPath" in v} == {
+        "/var/run/cdi",
+        "/var/lib/vnpu-agent",
+    }
+    assert "privileged" not in sim["containers"][0]["securityContext"]
+    assert sim["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+# ---------------------------------------------------------------- installed
+
+
+@pytest.fixture(scope="module")
+def release(plane: LocalPlane) -> Iterator[str]:
+    """The chart installed into NAMESPACE, with two NPU nodes for the agents."""
+    plane.kubectl("create", "namespace", NAMESPACE)
+    plane.add_nodes(
+        [
+            NodeSpec(name=n, chips={"910B3": 2}, labels={names.LABEL_NPU_NODE: "true"})
+            for n in (NODE_A, NODE_B)
+        ]
+    )
+    # The session plane applied the CRDs with kubectl; hand them over to the release (the
+    # documented path for clusters that installed the CRDs before the chart).
+    for crd in (f"{names.ALLOCATION_PLURAL}.{names.GROUP}", f"{names.NODE_PLURAL}.{names.GROUP}"):
+        plane.kubectl("label", "crd", crd, "app.kubernetes.io/managed-by=Helm", "--overwrite")
+        plane.kubectl(
+            "annotate",
+            "crd",
+            crd,
+            f"meta.helm.sh/release-name={RELEASE}",
+            f"meta.helm.sh/release-namespace={NAMESPACE}",
+            "--overwrite",
+        )
+    helm(plane, "install", RELEASE, str(CHART), "-n", NAMESPACE, *SIM_VALUES)
+    yield RELEASE
+    helm(plane, "uninstall", RELEASE, "-n", NAMESPACE, check=False)
+
+
+def test_install_creates_the_objects(plane: LocalPlane, release: str) -> None:
+    deploy = get_json(plane, "deployment", f"{release}-operator", "-n", NAMESPACE)
+    spec = deploy["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"]["type"] == "Recreate"
+    pod = spec["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["command"] == ["vnpu-operator"]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    metrics_port = {p["name"]: p["containerPort"] for p in c["ports"]}["metrics"]
+    assert metrics_port == 9100
+    assert c["livenessProbe"]["httpGet"]["port"] == "metrics"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["resources"]["requests"]
+    assert c["resources"]["limits"]
+    assert pod["serviceAccountName"] == OPERATOR_SA
+
+    ds = get_json(plane, "daemonset", f"{release}-agent", "-n", NAMESPACE)
+    assert ds["spec"]["template"]["spec"]["serviceAccountName"] == AGENT_SA
+    # kwok runs a (fake) agent pod on each NPU node.
+    wait_for(
+        "agents scheduled on both nodes",
+        lambda: (
+            get_json(plane, "daemonset", f"{release}-agent", "-n", NAMESPACE)
+            .get("status", {})
+            .get("desiredNumberScheduled")
+            == 2
+        ),
+    )
+    for node in (NODE_A, NODE_B):
+        agent_pod(plane, node)
+
+    for kind, name in [
+        ("service", f"{release}-webhook"),
+        ("service", f"{release}-operator-metrics"),
+        ("service", f"{release}-agent-metrics"),
+        ("serviceaccount", OPERATOR_SA),
+        ("serviceaccount", AGENT_SA),
+        ("role", f"{release}-agent"),
+        ("rolebinding", f"{release}-agent"),
+    ]:
+        get_json(plane, kind, name, "-n", NAMESPACE)
+    for kind, name in [
+        ("clusterrole", f"{release}-operator"),
+        ("clusterrole", f"{release}-agent"),
+        ("mutatingwebhookconfiguration", names.WEBHOOK_CONFIG_NAME),
+        ("validatingwebhookconfiguration", names.WEBHOOK_CONFIG_NAME),
+        ("validatingadmissionpolicybinding", f"{release}-agent-node-scope"),
+    ]:
+        get_json(plane, kind, name)
+    vap = wait_for(
+        "the node-scope policy to be type-checked",
+        lambda: (
+            (v := get_json(plane, "validatingadmissionpolicy", f"{release}-agent-node-scope"))
+            .get("status", {})
+            .get("observedGeneration")
+            and v
+        ),
+    )
+    assert not vap["status"].get("typeChecking", {}).get("expressionWarnings"), vap["status"]
+    crd = get_json(plane, "crd", f"{names.ALLOCATION_PLURAL}.{names.GROUP}")
+    assert crd["metadata"]["annotations"]["meta.helm.sh/release-name"] == release
+
+
+ADMREG = "admissionregistration.k8s.io"
+OPERATOR_ALLOWED = [
+    ("get", "pods"),
+    ("list", "pods"),
+    ("watch", "pods"),
+    ("patch", "pods"),
+    ("patch", "pods/status"),
+    *(
+        (v, "vnpuallocations.vnpu.io")
+        for v in ("get", "list", "watch", "create", "update", "patch", "delete")
+    ),
+    ("list", "vnpunodes.vnpu.io"),
+    ("watch", "vnpunodes.vnpu.io"),
+    ("list", "nodes"),
+    ("watch", "nodes"),
+    ("list", "leases.coordination.k8s.io"),
+    ("watch", "leases.coordination.k8s.io"),
+    ("create", "events"),
+    ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io"),
+    ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
+    ("patch", f"mutatingwebhookconfigurations.{ADMREG}/{names.WEBHOOK_CONFIG_NAME}"),
+    ("patch", f"validatingwebhookconfigurations.{ADMREG}/{names.WEBHOOK_CONFIG_NAME}"),
+]
+OPERATOR_DENIED = [
+    ("patch", "vnpuallocations.vnpu.io/status"),
+    ("delete", "pods"),
+    ("create", "pods"),
+    ("update", "pods"),
+    ("get", "secrets"),
+    ("patch", "vnpunodes.vnpu.io"),
+    ("patch", "vnpunodes.vnpu.io/status"),
+    ("patch", "nodes"),
+    ("create", "leases.coordination.k8s.io"),
+    ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/other"),
+    ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
+]
+AGENT_ALLOWED = [
+    ("list", "vnpuallocations.vnpu.io", None),
+    ("watch", "vnpuallocations.vnpu.io", None),
+    ("patch", "vnpuallocations.vnpu.io", None),
+    ("patch", "vnpuallocations.vnpu.io/status", None),
+    ("create", "vnpunodes.vnpu.io", None),
+    ("patch", "vnpunodes.vnpu.io/status", None),
+    ("create", "leases.coordination.k8s.io", NAMESPACE),
+    ("patch", "leases.coordination.k8s.io", NAMESPACE),
+    ("create", "events", None),
+    ("get", "nodes", None),
+]
+AGENT_DENIED = [
+    ("delete", "pods", NAMESPACE),
+    ("get", "pods", None),
+    ("patch", "pods", None),
+    ("create", "vnpuallocations.vnpu.io", None),
+    ("delete", "vnpuallocations.vnpu.io", None),
+    ("delete", "vnpunodes.vnpu.io", None),
+    ("patch", "vnpunodes.vnpu.io", None),
+    ("create", "leases.coordination.k8s.io", "default"),
+    ("list", "nodes", None),
+    ("patch", "nodes", None),
+    ("get", "secrets", NAMESPACE),
+]
+
+
+def test_operator_rbac(plane: LocalPlane, release: str) -> None:
+    cred = token(plane, OPERATOR_SA)
+    assert cred.whoami()["username"] == f"system:serviceaccount:{NAMESPACE}:{OPERATOR_SA}"
+    wrong = [(v, r) for v, r in OPERATOR_ALLOWED if not cred.can_i(v, r)]
+    assert not wrong, f"operator lacks {wrong}"
+    wrong = [(v, r) for v, r in OPERATOR_DENIED if cred.can_i(v, r)]
+    assert not wrong, f"operator may {wrong}"
+
+
+def test_agent_rbac(plane: LocalPlane, release: str) -> None:
+    cred = token(
+        plane,
+        AGENT_SA,
+        "--bound-object-kind=Pod",
+        f"--bound-object-name={agent_pod(plane, NODE_A)}",
+    )
+    wrong = [(v, r, ns) for v, r, ns in AGENT_ALLOWED if not cred.can_i(v, r, ns)]
+    assert not wrong, f"agent lacks {wrong}"
+    wrong = [(v, r, ns) for v, r, ns in AGENT_DENIED if cred.can_i(v, r, ns)]
+    assert not wrong, f"agent may {wrong}"
+    # A real request, not only the authorizer's opinion.
+    status, body = cred.request(
+        "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{agent_pod(plane, NODE_B)}"
+    )
+    assert status == 403, body
+
+
+def _allocation(namespace: str, node: str) -> dict[str, Any]:
+    uid = str(uuid.uuid4())
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.ALLOCATION_KIND,
+        "metadata": {
+            "name": f"alloc-{node}",
+            "namespace": namespace,
+            "labels": {names.LABEL_NODE: node, names.LABEL_POD_UID: uid},
+            "finalizers": [names.ALLOCATION_FINALIZER],
+        },
+        "spec": {
+            "podName": "p",
+            "podUID": uid,
+            "nodeName": node,
+            "chip": 0,
+            "template": "vir05_1c_16g",
+            "vnpuId": 100,
+        },
+    }
+
+
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+def test_agent_is_scoped_to_its_node(plane: LocalPlane, release: str, namespace: str) -> None:
+    for node in (NODE_A, NODE_B):
+        plane.apply(_allocation(namespace, node))
+    # The credential the agent pod on NODE_A really gets: its projected token carries
+    # the node name (ServiceAccountTokenPodNodeInfo, on by default in 1.34).
+    agent = token(
+        plane,
+        AGENT_SA,
+        "--bound-object-kind=Pod",
+        f"--bound-object-name={agent_pod(plane, NODE_A)}",
+    )
+    extra = agent.whoami()["extra"]
+    assert extra["authentication.kubernetes.io/node-name"] == [NODE_A]
+
+    base = f"/apis/{names.API_VERSION}/namespaces/{namespace}/{names.ALLOCATION_PLURAL}"
+    ready = {"status": {"phase": names.PHASE_READY}}
+    status, body = agent.request("PATCH", f"{base}/alloc-{NODE_A}/status", ready, MERGE)
+    assert status == 200, body
+    assert body["status"]["phase"] == names.PHASE_READY
+
+    status, body = agent.request("PATCH", f"{base}/alloc-{NODE_B}/status", ready, MERGE)
+    assert status == 403, body
+    assert f"may only change allocations labelled vnpu.io/node={NODE_A}" in body["message"]
+    status, body = agent.request(
+        "PATCH", f"{base}/alloc-{NODE_B}", {"metadata": {"finalizers": None}}, MERGE
+    )
+    assert status == 403, body
+    # Relabelling its own allocation to another node is refused too.
+    status, body = agent.request(
+        "PATCH",
+        f"{base}/alloc-{NODE_A}",
+        {"metadata": {"labels": {names.LABEL_NODE: NODE_B}}},
+        MERGE,
+    )
+    assert status == 403, body
+    # Removing the finalizer of its own allocation (what a release does) is allowed.
+    status, body = agent.request(
+        "PATCH",
+        f"{base}/alloc-{NODE_A}",
+        [{"op": "remove", "path": "/metadata/finalizers/0"}],
+        JSON_PATCH,
+    )
+    assert status == 200, body
+
+    nodes = f"/apis/{names.API_VERSION}/{names.NODE_PLURAL}"
+    for node, expected in ((NODE_A, 201), (NODE_B, 403)):
+        status, body = agent.request(
+            "POST",
+            nodes,
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": names.NODE_KIND,
+                "metadata": {"name": node, "labels": {names.LABEL_NODE: node}},
+            },
+        )
+        assert status == expected, body
+    status, body = agent.request("PATCH", f"{nodes}/{NODE_A}/status", {"status": {}}, MERGE)
+    assert status == 200, body
+
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+    for node, expected in ((NODE_A, 201), (NODE_B, 403)):
+        status, body = agent.request(
+            "POST",
+            leases,
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": names.lease_name(node)},
+                "spec": {"holderIdentity": node, "leaseDurationSeconds": 40},
+            },
+        )
+        assert status == expected, body
+
+    # A node-bound token (kubectl create token --bound-object-kind Node) carries the claim too.
+    node_b = token(plane, AGENT_SA, "--bound-object-kind=Node", f"--bound-object-name={NODE_B}")
+    status, body = node_b.request("PATCH", f"{base}/alloc-{NODE_B}/status", ready, MERGE)
+    assert status == 200, body
+    status, body = node_b.request("PATCH", f"{base}/alloc-{NODE_A}/status", ready, MERGE)
+    assert status == 403, body
+
+    # A token bound to nothing has no node: the agent's identity is refused every write.
+    unbound = token(plane, AGENT_SA)
+    status, body = unbound.request("PATCH", f"{base}/alloc-{NODE_A}/status", ready, MERGE)
+    assert status == 403, body
+    assert "node-name claim" in body["message"]
+
+    plane.kubectl("delete", names.NODE_PLURAL, NODE_A)
+    plane.kubectl("delete", "lease", names.lease_name(NODE_A), "-n", NAMESPACE)
+    plane.kubectl(
+        "patch",
+        names.ALLOCATION_PLURAL,
+        f"alloc-{NODE_B}",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"metadata":{"finalizers":null}}',
+    )
+
+
+def test_upgrade_keeps_the_ca_bundle_the_operator_registered(
+    plane: LocalPlane, release: str
+) -> None:
+    # What the operator does at start: register its self-generated CA.
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        plane.kubectl(
+            "patch",
+            kind,
+            names.WEBHOOK_CONFIG_NAME,
+            "--type=json",
+            "-p",
+            json.dumps(
+                [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Zm9v"}]
+            ),
+        )
+    helm(
+        plane,
+        "upgrade",
+        release,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        *SIM_VALUES,
+        "--set",
+        "operator.logLevel=DEBUG",
+    )
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        obj = get_json(plane, kind, names.WEBHOOK_CONFIG_NAME)
+        assert obj["webhooks"][0]["clientConfig"]["caBundle"] == "Zm9v", kind
+    deploy = get_json(plane, "deployment", f"{release}-operator", "-n", NAMESPACE)
+    env = {
+        e["name"]: e.get("value")
+        for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["VNPU_LOG_LEVEL"] == "DEBUG"
+
+
+def test_uninstall_leaves_nothing_but_the_crds(plane: LocalPlane, release: str) -> None:
+    helm(plane, "uninstall", release, "-n", NAMESPACE, "--wait", "--timeout=120s")
+    selector = f"app.kubernetes.io/instance={release}"
+    left = plane.kubectl(
+        "get", "deploy,ds,svc,sa,role,rolebinding", "-n", NAMESPACE, "-l", selector, "-o", "name"
+    ).stdout.split()
+    assert not left, left
+    cluster = plane.kubectl(
+        "get",
+        "clusterrole,clusterrolebinding,mutatingwebhookconfiguration,"
+        "validatingwebhookconfiguration,validatingadmissionpolicy,"
+        "validatingadmissionpolicybinding",
+        "-l",
+        selector,
+        "-o",
+        "name",
+    ).stdout.split()
+    assert not cluster, cluster
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        proc = plane.kubectl("get", kind, names.WEBHOOK_CONFIG_NAME, check=False)
+        assert proc.returncode != 0
+        assert "NotFound" in proc.stderr
+    wait_for(
+        "agent pods gone",
+        lambda: (
+            not get_json(plane, "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=agent")[
+                "items"
+            ]
+        ),
+    )
+    # The CRDs (and so every allocation) survive the uninstall.
+    for crd in (f"{names.ALLOCATION_PLURAL}.{names.GROUP}", f"{names.NODE_PLURAL}.{names.GROUP}"):
+        get_json(plane, "crd", crd)
