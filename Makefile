@@ -58,6 +58,14 @@ test-unit: $(STAMP) ## unit tests only (no control plane)
 demo: $(STAMP) plane ## the whole story on a local plane
 	$(PY) e2e/demo.py
 
+.PHONY: bench
+bench: $(STAMP) plane ## scale benchmark: 200 nodes, 2000 pods at 20/s (bench/results.json)
+	$(PY) -m bench --nodes 200 --pods 2000 --rate 20 --out bench/results.json
+
+.PHONY: bench-quick
+bench-quick: $(STAMP) plane ## small benchmark (20 nodes, 200 pods); fails on a correctness counter
+	$(PY) -m bench --quick
+
 .PHONY: cluster-up
 cluster-up: $(STAMP) plane ## start a local plane in .localplane/ and print KUBECONFIG
 	@PYTHONPATH=operator:node_agent:hack $(PY) -m localplane up --crds crds

@@ -1,0 +1,374 @@
+"""The load driver: creates and deletes pods at a steady rate (or as fast as
+the client's concurrency allows), watches them for timestamps, and the
+floor: a script doing the operator's and agent's API writes with no logic."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from vnpu_operator import names
+
+BENCH_UA = "vnpu-bench/1"
+FLOOR_UA = "vnpu-floor/1"
+FLOOR_GATE = "bench.vnpu.io/floor"
+FLOOR_FINALIZER = "bench.vnpu.io/floor"
+FLOOR_NODE = "bench-floor"  # no agent serves it: nobody else acts on floor allocations
+JSON_PATCH = "application/json-patch+json"
+
+# (template, count, weight): the churn's mix over 910B3 and 310P3 chips.
+MIX: list[tuple[str, int, int]] = [
+    ("vir05_1c_16g", 1, 4),
+    ("vir05_1c_16g", 2, 2),
+    ("vir10_3c_32g", 1, 2),
+    ("vir01", 1, 2),
+    ("vir02", 2, 1),
+    ("vir04", 1, 2),
+]
+FILL = ("vir10_3c_32g", 4)  # two per node (4 x 910B3, two of these per chip)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def api_client(kubeconfig: Path, user_agent: str, pool: int) -> client.ApiClient:
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    cfg.connection_pool_maxsize = pool
+    api = client.ApiClient(cfg)
+    api.user_agent = user_agent
+    return api
+
+
+@dataclass
+class PodTimes:
+    name: str
+    template: str
+    count: int
+    created: float | None = None  # create call returned
+    uid: str = ""
+    ungated: float | None = None  # first watch event without the gate
+    delete_called: float | None = None  # delete call returned
+    gone: float | None = None  # DELETED watch event
+    node: str = ""
+
+    def ungate_latency(self) -> float | None:
+        if self.created is None or self.ungated is None:
+            return None
+        return max(0.0, self.ungated - self.created)
+
+    def gone_latency(self) -> float | None:
+        if self.delete_called is None or self.gone is None:
+            return None
+        return max(0.0, self.gone - self.delete_called)
+
+
+class Tracker:
+    """Watches the pods of one namespace and stamps ungate and deletion."""
+
+    def __init__(self, core: client.CoreV1Api, namespace: str, gate: str) -> None:
+        self.core = core
+        self.namespace = namespace
+        self.gate = gate
+        self.pods: dict[str, PodTimes] = {}
+        self.early_ungated: dict[str, float] = {}
+        self.early_gone: dict[str, float] = {}
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.synced = asyncio.Event()
+
+    def add(self, pod: PodTimes) -> None:
+        self.pods[pod.name] = pod
+        if pod.name in self.early_ungated:
+            pod.ungated = self.early_ungated.pop(pod.name)
+        if pod.name in self.early_gone:
+            pod.gone = self.early_gone.pop(pod.name)
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    async def _list(self) -> str:
+        resp = await self.core.list_namespaced_pod(self.namespace, _preload_content=False)
+        data = json.loads(await resp.read())
+        return str(data["metadata"]["resourceVersion"])
+
+    async def _run(self) -> None:
+        rv = await self._list()
+        self.synced.set()
+        while True:
+            try:
+                resp = await self.core.list_namespaced_pod(
+                    self.namespace, watch=True, resource_version=rv,
+                    allow_watch_bookmarks=True, timeout_seconds=240,
+                    _preload_content=False, _request_timeout=300,
+                )  # fmt: skip
+                async for line in resp.content:
+                    if not line.strip():
+                        continue
+                    ev = json.loads(line)
+                    obj = ev.get("object") or {}
+                    if ev.get("type") == "ERROR":
+                        if obj.get("code") == 410:
+                            rv = await self._list()
+                        break
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if ev.get("type") != "BOOKMARK":
+                        self._event(ev["type"], obj, time.monotonic())
+                resp.release()
+            except (TimeoutError, OSError, ApiException):
+                await asyncio.sleep(0.2)
+
+    def _event(self, kind: str, obj: dict[str, Any], now: float) -> None:
+        name = obj["metadata"]["name"]
+        pod = self.pods.get(name)
+        if kind == "DELETED":
+            if pod is None:
+                self.early_gone[name] = now
+            elif pod.gone is None:
+                pod.gone = now
+        else:
+            gates = (obj.get("spec") or {}).get("schedulingGates") or []
+            if all(g.get("name") != self.gate for g in gates):
+                if pod is None:
+                    self.early_ungated.setdefault(name, now)
+                elif pod.ungated is None:
+                    pod.ungated = now
+                    pod.node = str(obj["spec"].get("nodeName") or "")
+        self.changed.set()
+
+
+@dataclass
+class Driver:
+    """Creates and deletes pods; `floor` does the operator's and agent's
+    writes itself (the no-logic floor), else the operator and agent work."""
+
+    core: client.CoreV1Api
+    namespace: str
+    tracker: Tracker
+    limit: asyncio.Semaphore
+    floor: FloorWriter | None = None
+    errors: list[str] = field(default_factory=list)
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def manifest(self, name: str, template: str, count: int) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "labels": {"app": "vnpu-bench"}}
+        spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+        if self.floor is None:
+            meta["annotations"] = {names.ANN_TEMPLATE: template, names.ANN_COUNT: str(count)}
+        else:
+            # What the webhook would add, written at creation: no extra write.
+            meta["finalizers"] = [FLOOR_FINALIZER]
+            spec["schedulingGates"] = [{"name": FLOOR_GATE}]
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+    async def create(self, pod: PodTimes) -> None:
+        self.tracker.add(pod)
+        body = self.manifest(pod.name, pod.template, pod.count)
+        try:
+            async with self.limit:
+                resp = await self.core.create_namespaced_pod(
+                    self.namespace, body, _preload_content=False
+                )
+                data = json.loads(await resp.read())
+            pod.created = time.monotonic()
+            pod.uid = data["metadata"]["uid"]
+        except ApiException as exc:
+            self.errors.append(f"create {pod.name}: {exc.status} {exc.reason}")
+            return
+        if self.floor is not None:
+            await self.floor.place(pod, body)
+
+    async def delete(self, pod: PodTimes) -> None:
+        try:
+            async with self.limit:
+                await self.core.delete_namespaced_pod(
+                    pod.name, self.namespace, _preload_content=False
+                )
+            pod.delete_called = time.monotonic()
+        except ApiException as exc:
+            self.errors.append(f"delete {pod.name}: {exc.status} {exc.reason}")
+            return
+        if self.floor is not None:
+            await self.floor.release(pod)
+
+    async def drain(self) -> None:
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
+
+class FloorWriter:
+    """Per pod exactly the writes of a placement and a release, no logic:
+    create the allocations, set their status, one pod patch (ungate, pin,
+    annotate); on delete: delete the allocations, remove their finalizer,
+    remove the pod finalizer."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, nodes: list[str]) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.nodes = nodes
+        self.next = 0
+        self.errors: list[str] = []
+
+    def _alloc(self, pod: PodTimes, i: int) -> dict[str, Any]:
+        return {
+            "apiVersion": names.API_VERSION,
+            "kind": names.ALLOCATION_KIND,
+            "metadata": {
+                "name": f"{pod.name}-{i}",
+                "namespace": self.namespace,
+                "labels": {names.LABEL_NODE: FLOOR_NODE, names.LABEL_POD_UID: pod.uid},
+                "finalizers": [names.ALLOCATION_FINALIZER],
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid,
+                     "controller": True}
+                ],
+            },
+            "spec": {
+                "podName": pod.name, "podUID": pod.uid, "nodeName": FLOOR_NODE,
+                "chip": i, "template": pod.template, "vnpuId": 100 + i,
+            },
+        }  # fmt: skip
+
+    async def _guard(self, what: str, call: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            await call()
+        except ApiException as exc:
+            self.errors.append(f"{what}: {exc.status} {exc.reason}")
+
+    async def place(self, pod: PodTimes, body: dict[str, Any]) -> None:
+        g, v, ns, plural = names.GROUP, names.VERSION, self.namespace, names.ALLOCATION_PLURAL
+        allocs = [self._alloc(pod, i) for i in range(pod.count)]
+        await asyncio.gather(*(
+            self._guard("create alloc", lambda a=a: self.custom.create_namespaced_custom_object(
+                g, v, ns, plural, a, _preload_content=False))
+            for a in allocs
+        ))  # fmt: skip
+        patch_status = self.custom.patch_namespaced_custom_object_status
+        status = [{"op": "add", "path": "/status", "value": {
+            "phase": names.PHASE_READY,
+            "conditions": [{"type": names.COND_READY, "status": "True", "reason": "Created",
+                            "message": "vNPU created", "lastTransitionTime": _now()}],
+        }}]  # fmt: skip
+        await asyncio.gather(*(
+            self._guard("patch alloc status", lambda a=a: patch_status(
+                g, v, ns, plural, a["metadata"]["name"], status, _content_type=JSON_PATCH,
+                _preload_content=False))
+            for a in allocs
+        ))  # fmt: skip
+        node = self.nodes[self.next % len(self.nodes)]
+        self.next += 1
+        devices = ",".join(str(100 + i) for i in range(pod.count))
+        ops = [
+            {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": FLOOR_GATE}]},
+            {"op": "remove", "path": "/spec/schedulingGates"},
+            {"op": "add", "path": "/metadata/annotations",
+             "value": {names.ANN_VISIBLE_DEVICES: devices}},
+            {"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                      "values": [node]}]}]}}}},
+        ]  # fmt: skip
+        await self._guard("patch pod", lambda: self.core.patch_namespaced_pod(
+            pod.name, ns, ops, _content_type=JSON_PATCH, _preload_content=False))  # fmt: skip
+
+    async def release(self, pod: PodTimes) -> None:
+        g, v, ns, plural = names.GROUP, names.VERSION, self.namespace, names.ALLOCATION_PLURAL
+        allocs = [f"{pod.name}-{i}" for i in range(pod.count)]
+        await asyncio.gather(*(
+            self._guard("delete alloc", lambda a=a: self.custom.delete_namespaced_custom_object(
+                g, v, ns, plural, a, _preload_content=False))
+            for a in allocs
+        ))  # fmt: skip
+        patch = self.custom.patch_namespaced_custom_object
+        unfin = [{"op": "remove", "path": "/metadata/finalizers"}]
+        await asyncio.gather(*(
+            self._guard("patch alloc finalizer", lambda a=a: patch(
+                g, v, ns, plural, a, unfin, _content_type=JSON_PATCH, _preload_content=False))
+            for a in allocs
+        ))  # fmt: skip
+        await self._guard("patch pod finalizer", lambda: self.core.patch_namespaced_pod(
+            pod.name, ns, unfin, _content_type=JSON_PATCH, _preload_content=False))  # fmt: skip
+
+
+def mix_pods(prefix: str, count: int, seed: int = 7) -> list[PodTimes]:
+    rng = random.Random(seed)
+    weights = [w for _, _, w in MIX]
+    out = []
+    for i in range(count):
+        template, n, _ = rng.choices(MIX, weights=weights)[0]
+        out.append(PodTimes(f"{prefix}-{i:05d}", template, n))
+    return out
+
+
+async def churn(
+    driver: Driver, pods: list[PodTimes], rate: float, hold: float, settle_timeout: float
+) -> float:
+    """Creates `pods` at `rate`/s, deletes each `hold` s after its creation,
+    waits until all are gone; returns the phase's duration."""
+    t0 = time.monotonic()
+
+    async def life(pod: PodTimes, at: float) -> None:
+        await driver.create(pod)
+        await asyncio.sleep(max(0.0, at + hold - time.monotonic()))
+        await driver.delete(pod)
+
+    for i, pod in enumerate(pods):
+        at = t0 + i / rate
+        await asyncio.sleep(max(0.0, at - time.monotonic()))
+        driver.spawn(life(pod, at))
+    await driver.drain()
+    await wait_until(driver.tracker, lambda: all(p.gone for p in pods), settle_timeout)
+    return time.monotonic() - t0
+
+
+async def wait_until(tracker: Tracker, cond: Callable[[], bool], timeout: float) -> bool:  # noqa: ASYNC109
+    deadline = time.monotonic() + timeout
+    while not cond():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        tracker.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(tracker.changed.wait(), timeout=min(left, 1.0))
+    return True
+
+
+async def burst_create(driver: Driver, pods: list[PodTimes]) -> float:
+    """Creates `pods` as fast as the driver's concurrency allows."""
+    t0 = time.monotonic()
+    for pod in pods:
+        driver.spawn(driver.create(pod))
+    await driver.drain()
+    return t0
+
+
+async def delete_all(driver: Driver, pods: list[PodTimes], timeout: float) -> bool:  # noqa: ASYNC109
+    for pod in pods:
+        if pod.delete_called is None and pod.created is not None:
+            driver.spawn(driver.delete(pod))
+    await driver.drain()
+    return await wait_until(driver.tracker, lambda: all(p.gone for p in pods if p.created), timeout)

@@ -1,0 +1,247 @@
+"""Audit-log tallies, apiserver request counters, percentiles, correctness
+checks and the printed table."""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import urllib.request
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.cluster import Cluster
+from localplane import LocalPlane
+from vnpu_agent.drivers.catalog import Usage, find_model
+from vnpu_operator import names
+
+OURS = {names.USER_AGENT_OPERATOR: "operator", names.USER_AGENT_AGENT: "agent"}
+OTHERS = {"vnpu-bench": "bench-driver", "vnpu-floor": "floor"}
+
+
+def pct(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))]
+
+
+def summary(values: list[float], ps: tuple[int, ...] = (50, 90, 99)) -> dict[str, Any]:
+    out: dict[str, Any] = {"n": len(values)}
+    for p in ps:
+        out[f"p{p}"] = pct(values, p)
+    out["max"] = max(values) if values else None
+    return out
+
+
+def component(event: dict[str, Any]) -> str:
+    agent = str(event.get("userAgent", ""))
+    for prefix, name in {**OURS, **OTHERS}.items():
+        if agent.startswith(prefix):
+            return name
+    return agent.split("/")[0] or "?"
+
+
+def what(event: dict[str, Any]) -> str:
+    ref = event.get("objectRef") or {}
+    resource = str(ref.get("resource", "?"))
+    if ref.get("subresource"):
+        resource += "/" + ref["subresource"]
+    return f"{event.get('verb')} {resource}"
+
+
+def audit_events(path: Path, start: int, end: int) -> list[dict[str, Any]]:
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    out = []
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("stage") == "ResponseComplete":
+            out.append(e)
+    return out
+
+
+def tally(events: list[dict[str, Any]]) -> dict[str, Counter[str]]:
+    """component -> Counter of "verb resource"."""
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for e in events:
+        out[component(e)][what(e)] += 1
+    return out
+
+
+def per_lifecycle(events: list[dict[str, Any]], namespace: str, pods: int) -> dict[str, Any]:
+    """Our components' writes per pod: about the pods (namespace objects),
+    node inventory (VNPUNode) and Leases separately."""
+    about_pod: Counter[str] = Counter()
+    inventory: Counter[str] = Counter()
+    leases: Counter[str] = Counter()
+    for e in events:
+        who = component(e)
+        if who not in OURS.values():
+            continue
+        ref = e.get("objectRef") or {}
+        key = f"{who}: {what(e)}"
+        if ref.get("resource") == "leases":
+            leases[key] += 1
+        elif ref.get("namespace") == namespace:
+            about_pod[key] += 1
+        else:
+            inventory[key] += 1
+    n = max(1, pods)
+    return {
+        "pods": pods,
+        "about_pod": {k: v / n for k, v in sorted(about_pod.items())},
+        "node_inventory": {k: v / n for k, v in sorted(inventory.items())},
+        "leases_total": sum(leases.values()),
+        "per_pod_total": sum(about_pod.values()) / n,
+        "per_pod_with_inventory": (sum(about_pod.values()) + sum(inventory.values())) / n,
+    }
+
+
+_METRIC = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
+
+
+def apiserver_requests(plane: LocalPlane) -> Counter[str]:
+    """apiserver_request_total by "verb resource[/subresource]" (all clients,
+    reads included: the audit log records writes only)."""
+    ctx = ssl.create_default_context(cafile=str(plane.ca_file))
+    ctx.load_cert_chain(plane.pki / "admin.crt", plane.pki / "admin.key")
+    with urllib.request.urlopen(f"{plane.server}/metrics", timeout=30, context=ctx) as r:
+        text = r.read().decode()
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        m = _METRIC.match(line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        res = labels.get("resource", "") + (
+            "/" + labels["subresource"] if labels.get("subresource") else ""
+        )
+        out[f"{labels.get('verb', '?')} {res}"] += int(float(m.group(2)))
+    return out
+
+
+def correctness_snapshot(cluster: Cluster, *, final: bool) -> dict[str, int]:
+    """Double-booked ids and over-committed chips, from the allocations (one
+    consistent list) and from the simulated drivers; at the end also leaked
+    vNPUs (sim vs allocations) and allocations left over."""
+    allocs = [
+        a for a in cluster.list(names.ALLOCATION_PLURAL, "-A")
+        if (a.get("spec") or {}).get("nodeName") in set(cluster.nodes)
+    ]  # fmt: skip
+    ids: Counter[tuple[str, int]] = Counter()
+    per_chip: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for a in allocs:
+        spec = a["spec"]
+        ids[(spec["nodeName"], int(spec["vnpuId"]))] += 1
+        per_chip[(spec["nodeName"], int(spec["chip"]))].append(spec["template"])
+    sim_ids: set[tuple[str, int]] = set()
+    models: dict[tuple[str, int], str] = {}
+    over_sim = 0
+    for node in cluster.nodes:
+        sim = cluster.sim(node)
+        for chip in sim.list_chips():
+            models[(node, chip.index)] = chip.model
+            vnpus = sim.list_vnpus(chip.index)
+            sim_ids |= {(node, v.id) for v in vnpus}
+            over_sim += _over(chip.model, [v.template for v in vnpus])
+    over_alloc = sum(_over(models.get(key, ""), tpls) for key, tpls in per_chip.items())
+    out = {
+        "double_booked_ids": sum(1 for n in ids.values() if n > 1),
+        "over_capacity_chips_allocations": over_alloc,
+        "over_capacity_chips_sim": over_sim,
+    }
+    if final:
+        out["leaked_vnpus"] = len(sim_ids - set(ids))
+        out["leftover_allocations"] = len(allocs)
+    return out
+
+
+def _over(model_name: str, templates: list[str]) -> int:
+    model = find_model(model_name)
+    if model is None:
+        return 1 if templates else 0
+    specs = [model.template(t) for t in templates]
+    if any(s is None for s in specs):
+        return 1
+    u = Usage.of(s for s in specs if s is not None)
+    over = (
+        u.aicore > model.aicore
+        or u.memory_mb > model.memory_mb
+        or u.aicpu > model.aicpu
+        or u.media > model.media
+    )
+    return 1 if over else 0
+
+
+def fmt(v: Any, unit: str = "s") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}{unit}" if unit == "s" else f"{v:.2f}{unit}"
+    return f"{v}{unit}"
+
+
+def print_table(r: dict[str, Any]) -> None:
+    def row(k: str, v: str) -> None:
+        print(f"  {k:<44} {v}")
+
+    c = r["config"]
+    print("\n=== vnpu-operator scale benchmark")
+    row("nodes x chips / pods / rate / hold", f"{c['nodes']} x 8 / {c['pods']} / "
+        f"{c['rate']}/s / {c['hold']}s  (agents: {c['agents']} process(es))")  # fmt: skip
+    print("-- churn (ours)")
+    for key, label in (("ungate", "created -> ungated"), ("gone", "deleted -> gone")):
+        s = r["churn"][key]
+        f = r["floor"]["churn"][key]
+        row(label, "  ".join(f"{p} {fmt(s.get(p))}" for p in ("p50", "p90", "p99", "max")))
+        row(
+            f"  floor {label}",
+            "  ".join(f"{p} {fmt(f.get(p))}" for p in ("p50", "p90", "p99", "max")),
+        )
+        row("  ratio ours/floor p50, p99", f"{fmt(r['ratios'][key + '_p50'], 'x')}  "
+            f"{fmt(r['ratios'][key + '_p99'], 'x')}")  # fmt: skip
+    b = r["burst"]
+    row("burst throughput ours / floor (pods/s)", f"{fmt(b['ours_pods_per_s'], '')} / "
+        f"{fmt(b['floor_pods_per_s'], '')}"
+        f"  ratio {fmt(r['ratios']['throughput'], 'x')}")  # fmt: skip
+    f2 = r["fill"]
+    row("fill: placed / waiting / freed", f"{f2['placed']} / {f2['waiting']} / {f2['freed']}")
+    row("  capacity freed -> waiting pod ungated",
+        "  ".join(f"{p} {fmt(f2['wait_to_place'].get(p))}"
+                  for p in ("p50", "p99", "max")))  # fmt: skip
+    w = r["writes_per_lifecycle"]
+    print(f"-- our writes per pod lifecycle (churn, {w['pods']} pods)")
+    for k, v in w["about_pod"].items():
+        row(f"  {k}", f"{v:.2f}")
+    for k, v in w["node_inventory"].items():
+        row(f"  {k} (node inventory)", f"{v:.2f}")
+    row("total about the pod / incl. inventory", f"{w['per_pod_total']:.2f} / "
+        f"{w['per_pod_with_inventory']:.2f}  (target <= 8)")  # fmt: skip
+    row("lease writes during churn", str(w["leases_total"]))
+    print("-- all writes during churn by component (audit)")
+    for who, counts in sorted(
+        r["churn_writes_by_component"].items(), key=lambda x: -sum(x[1].values())
+    ):
+        row(f"  {who}", f"{sum(counts.values())}  " + ", ".join(
+            f"{k} {v}" for k, v in sorted(counts.items(), key=lambda x: -x[1])[:4]))  # fmt: skip
+    i = r["idle"]
+    row(f"idle {i['seconds']:.0f}s: our writes/s (non-lease writes)",
+        f"{i['writes_per_s']:.2f}/s ({i['non_lease_writes']})  {i['kinds']}")  # fmt: skip
+    p = r["processes"]
+    row("operator CPU s / peak RSS", f"{p['operator']['cpu_seconds']:.1f}s / "
+        f"{p['operator']['peak_rss_mb']:.1f} MB (target <= 200 MB)")  # fmt: skip
+    row("agent(s) CPU s / peak RSS", f"{p['agents']['cpu_seconds']:.1f}s / "
+        f"{p['agents']['peak_rss_mb']:.1f} MB; base {p['agents']['base_rss_mb']:.1f} MB; "
+        f"{p['agents']['mb_per_node_over_base']:.3f} MB/node (target <= 1)")  # fmt: skip
+    print("-- correctness (all must be 0)")
+    for k, v in r["correctness"].items():
+        row(f"  {k}", str(v))
+    row("runtime", f"{r['runtime_s']:.0f}s")

@@ -1,0 +1,268 @@
+"""`python -m bench`: the scale benchmark on a local control plane.
+
+Phases (one plane, one run): kwok nodes with simulated chips, agent(s) in
+many-nodes mode, the operator; (1) churn: pods with vNPU annotations created
+at a steady rate, held, deleted; (2) fill: pods that fill the 910B3 chips
+created as fast as the client allows (throughput), some wait, capacity is
+freed and the waiting pods' placement is timed; (3) idle: our writes/s;
+then the operator is stopped and the floor (bench/load.py FloorWriter)
+repeats the churn and the burst doing the same writes per pod with no logic.
+Exits 1 if a correctness counter is not 0 (no timing assertions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench import load, report
+from bench.cluster import Cluster, ProcStats
+from vnpu_operator import names
+
+
+def say(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def settle_audit(path: Path, quiet: float = 2.0, limit: float = 60) -> int:
+    last, since, start = path.stat().st_size, time.monotonic(), time.monotonic()
+    while time.monotonic() - since < quiet and time.monotonic() - start < limit:
+        time.sleep(0.25)
+        size = path.stat().st_size
+        if size != last:
+            last, since = size, time.monotonic()
+    return last
+
+
+def ratio(a: Any, b: Any) -> float | None:
+    return a / b if a is not None and b else None
+
+
+async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]) -> None:
+    plane = cluster.plane
+    kube = plane.kubeconfig
+    api = await load.api_client(kube, load.BENCH_UA, args.concurrency)
+    core = load.client.CoreV1Api(api)
+    limit = asyncio.Semaphore(args.concurrency)
+    tracker = load.Tracker(core, "bench", names.SCHEDULING_GATE)
+    tracker.start()
+    await tracker.synced.wait()
+    driver = load.Driver(core, "bench", tracker, limit)
+    correctness: Counter[str] = Counter()
+
+    # -- churn (ours)
+    pods = load.mix_pods("c", args.pods)
+    cpu0 = {"operator": cluster.operator.stats() if cluster.operator else None}
+    off0 = settle_audit(plane.audit_log)
+    req0 = report.apiserver_requests(plane)
+    say(f"churn: {args.pods} pods at {args.rate}/s, held {args.hold}s")
+    snap_task = asyncio.create_task(_mid_snapshot(cluster, args))
+    churn_s = await load.churn(driver, pods, args.rate, args.hold, args.timeout)
+    mid = await snap_task
+    off1 = settle_audit(plane.audit_log)
+    req1 = report.apiserver_requests(plane)
+    correctness.update(mid)
+    # Capacity is never short in the churn (a few pods per node), so a pod
+    # still gated `stuck_seconds` after creation (or deleted gated) is stuck.
+    never = [
+        p for p in pods
+        if p.created is not None
+        and (p.ungated or p.delete_called or time.monotonic()) - p.created > args.stuck_seconds
+        and (p.ungated is None or p.ungated - p.created > args.stuck_seconds)
+    ]  # fmt: skip
+    correctness["churn_pods_stuck_gated"] = len(never)
+    correctness["churn_pods_not_gone"] = sum(1 for p in pods if p.created and p.gone is None)
+    ung = [x for p in pods if (x := p.ungate_latency()) is not None]
+    gone = [x for p in pods if (x := p.gone_latency()) is not None]
+    out["churn"] = {
+        "duration_s": churn_s,
+        "ungate": report.summary(ung),
+        "gone": report.summary(gone, (50, 90, 99)),
+        "errors": driver.errors[:20],
+    }
+    say(f"churn done in {churn_s:.0f}s: ungate p99 {report.fmt(report.pct(ung, 99))}, "
+        f"gone p99 {report.fmt(report.pct(gone, 99))}")  # fmt: skip
+    events = report.audit_events(plane.audit_log, off0, off1)
+    out["writes_per_lifecycle"] = report.per_lifecycle(events, "bench", len(pods))
+    out["churn_writes_by_component"] = {k: dict(v) for k, v in report.tally(events).items()}
+    out["churn_requests_all_clients"] = dict((req1 - req0).most_common())
+    out["per_pod_requests_all_clients"] = {
+        k: v / max(1, len(pods)) for k, v in (req1 - req0).most_common(25)
+    }
+
+    # -- fill: burst to capacity, some wait, free capacity
+    capacity = 2 * len(cluster.nodes)
+    waiting_n = max(2, len(cluster.nodes) // 10)
+    template, count = load.FILL
+    fill = [load.PodTimes(f"f-{i:05d}", template, count) for i in range(capacity + waiting_n)]
+    say(f"fill: {len(fill)} pods of {count} x {template} (capacity {capacity}) as fast as possible")
+    t0 = await load.burst_create(driver, fill)
+    await load.wait_until(tracker, lambda: sum(1 for p in fill if p.ungated) >= capacity,
+                          args.timeout)  # fmt: skip
+    await asyncio.sleep(5)  # nothing else should be placed
+    placed = [p for p in fill if p.ungated]
+    waiting = [p for p in fill if not p.ungated and p.created]
+    last = max((p.ungated for p in placed if p.ungated), default=t0)
+    ours_tp = len(placed) / (last - t0) if last > t0 else None
+    full = await asyncio.to_thread(report.correctness_snapshot, cluster, final=False)
+    for k, v in full.items():
+        correctness[k] += v
+    correctness["fill_pods_stuck_gated"] = max(0, capacity - len(placed))
+    freed = placed[: len(waiting)]
+    t_free = time.monotonic()
+    for p in freed:
+        driver.spawn(driver.delete(p))
+    await driver.drain()
+    await load.wait_until(tracker, lambda: all(p.ungated for p in waiting), args.timeout)
+    w2p = [p.ungated - t_free for p in waiting if p.ungated]
+    correctness["waiting_pods_stuck_gated"] = sum(1 for p in waiting if not p.ungated)
+    out["fill"] = {
+        "created": len(fill), "placed": len(placed), "waiting": len(waiting),
+        "freed": len(freed), "wait_to_place": report.summary(w2p, (50, 99)),
+        "ungate_latency_burst": report.summary(
+            [x for p in placed if (x := p.ungate_latency()) is not None]),
+    }  # fmt: skip
+    say(
+        f"fill: {len(placed)} placed in {last - t0:.1f}s ({report.fmt(ours_tp, '')}/s); "
+        f"{len(waiting)} waited, placed after freeing in max {report.fmt(max(w2p, default=None))}"
+    )
+    if not await load.delete_all(driver, fill, args.timeout):
+        correctness["fill_pods_not_gone"] = sum(1 for p in fill if p.created and not p.gone)
+
+    # -- idle
+    await asyncio.sleep(8)  # past the agent's inventory coalescing interval
+    await asyncio.to_thread(settle_audit, plane.audit_log)
+    final = await asyncio.to_thread(report.correctness_snapshot, cluster, final=True)
+    for k, v in final.items():
+        correctness[k] += v
+    a = plane.audit_log.stat().st_size
+    say(f"idle {args.idle}s")
+    await asyncio.sleep(args.idle)
+    idle_events = report.audit_events(plane.audit_log, a, plane.audit_log.stat().st_size)
+    ours = [e for e in idle_events if report.component(e) in report.OURS.values()]
+    kinds = Counter(report.what(e) for e in ours)
+    out["idle"] = {
+        "seconds": args.idle, "writes_per_s": len(ours) / args.idle,
+        "non_lease_writes": sum(v for k, v in kinds.items() if not k.endswith(" leases")),
+        "kinds": dict(kinds),
+    }  # fmt: skip
+    correctness["idle_non_lease_writes"] = out["idle"]["non_lease_writes"]
+
+    # -- process stats, then the floor with the operator stopped
+    op = cluster.operator.stats() if cluster.operator else ProcStats(0, 0, 0)
+    agents = [x.stats() for x in cluster.agents]
+    base = cluster.agent_base or ProcStats(0, 0, 0)
+    op0 = cpu0["operator"]
+    out["processes"] = {
+        "operator": {"cpu_seconds": op.cpu_seconds - (op0.cpu_seconds if op0 else 0),
+                     "cpu_seconds_total": op.cpu_seconds, "peak_rss_mb": op.peak_rss_mb},
+        "agents": {
+            "cpu_seconds": sum(s.cpu_seconds for s in agents),
+            "peak_rss_mb": sum(s.peak_rss_mb for s in agents),
+            "base_rss_mb": base.peak_rss_mb,
+            "mb_per_node_over_base": (sum(s.peak_rss_mb for s in agents)
+                                      - len(agents) * base.peak_rss_mb) / len(cluster.nodes),
+        },
+    }  # fmt: skip
+    say("floor: stopping the operator (and its webhooks); same churn and burst, no logic")
+    await asyncio.to_thread(cluster.stop_operator)
+    await tracker.stop()
+    fapi = await load.api_client(kube, load.FLOOR_UA, args.concurrency)
+    ftracker = load.Tracker(core, "bench-floor", load.FLOOR_GATE)
+    ftracker.start()
+    await ftracker.synced.wait()
+    writer = load.FloorWriter(fapi, "bench-floor", cluster.nodes)
+    fdriver = load.Driver(core, "bench-floor", ftracker, limit, floor=writer)
+    fpods = load.mix_pods("c", args.pods)
+    fchurn_s = await load.churn(fdriver, fpods, args.rate, args.hold, args.timeout)
+    fung = [x for p in fpods if (x := p.ungate_latency()) is not None]
+    fgone = [x for p in fpods if (x := p.gone_latency()) is not None]
+    fburst = [load.PodTimes(f"f-{i:05d}", template, count) for i in range(len(placed))]
+    ft0 = await load.burst_create(fdriver, fburst)
+    await load.wait_until(ftracker, lambda: all(p.ungated for p in fburst), args.timeout)
+    flast = max((p.ungated for p in fburst if p.ungated), default=ft0)
+    floor_tp = len(fburst) / (flast - ft0) if flast > ft0 else None
+    await load.delete_all(fdriver, fburst, args.timeout)
+    await ftracker.stop()
+    out["floor"] = {
+        "churn": {"duration_s": fchurn_s, "ungate": report.summary(fung),
+                  "gone": report.summary(fgone)},
+        "errors": (fdriver.errors + writer.errors)[:20],
+    }  # fmt: skip
+    out["burst"] = {"pods": len(placed), "ours_pods_per_s": ours_tp, "floor_pods_per_s": floor_tp}
+    out["ratios"] = {
+        "ungate_p50": ratio(out["churn"]["ungate"]["p50"], out["floor"]["churn"]["ungate"]["p50"]),
+        "ungate_p99": ratio(out["churn"]["ungate"]["p99"], out["floor"]["churn"]["ungate"]["p99"]),
+        "gone_p50": ratio(out["churn"]["gone"]["p50"], out["floor"]["churn"]["gone"]["p50"]),
+        "gone_p99": ratio(out["churn"]["gone"]["p99"], out["floor"]["churn"]["gone"]["p99"]),
+        "throughput": ratio(ours_tp, floor_tp),
+    }
+    out["correctness"] = dict(correctness)
+    await api.close()
+    await fapi.close()
+
+
+async def _mid_snapshot(cluster: Cluster, args: argparse.Namespace) -> dict[str, int]:
+    # Near the churn's peak: creation has run for `hold` seconds.
+    await asyncio.sleep(min(args.hold, args.pods / args.rate) + 1)
+    return await asyncio.to_thread(report.correctness_snapshot, cluster, final=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, default=200)
+    p.add_argument("--pods", type=int, default=2000)
+    p.add_argument("--rate", type=float, default=20.0, help="pods created per second")
+    p.add_argument("--hold", type=float, default=20.0, help="seconds each churn pod lives")
+    p.add_argument("--idle", type=float, default=60.0, help="idle window for writes/s")
+    p.add_argument("--agents", type=int, default=1, help="agent processes sharing the nodes")
+    p.add_argument("--concurrency", type=int, default=32, help="driver's in-flight requests")
+    p.add_argument("--timeout", type=float, default=180.0, help="per-wait timeout")
+    p.add_argument("--stuck-seconds", type=float, default=30.0, help="gated longer is stuck")
+    p.add_argument("--quick", action="store_true", help="20 nodes, 200 pods, hold 10 s, idle 10 s")
+    p.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    p.add_argument("--workdir", type=Path, default=None, help="keep plane and logs here")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.nodes, args.pods, args.hold, args.idle = 20, 200, 10.0, 10.0
+    start = time.monotonic()
+    tmp = args.workdir or Path(tempfile.mkdtemp(prefix="vnpu-bench-"))
+    cluster = Cluster(tmp, args.nodes, args.agents)
+    out: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v)
+                                      for k, v in vars(args).items()}}  # fmt: skip
+    try:
+        cluster.start_plane(say)
+        say("agent base footprint (one node)")
+        base = cluster.measure_agent_base()
+        say(f"creating {args.nodes} kwok nodes")
+        cluster.add_nodes(cluster.nodes)
+        say(f"starting {cluster.agent_count} agent process(es), then the operator")
+        t = time.monotonic()
+        cluster.start_agents()
+        out["startup"] = {"agents_to_all_vnpunodes_s": time.monotonic() - t,
+                          "agent_base_rss_mb": base.peak_rss_mb}  # fmt: skip
+        t = time.monotonic()
+        cluster.start_operator()
+        out["startup"]["operator_ready_s"] = time.monotonic() - t
+        asyncio.run(phases(args, cluster, out))
+    finally:
+        cluster.stop()
+    out["runtime_s"] = time.monotonic() - start
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2, default=str))
+    report.print_table(out)
+    if args.workdir is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    bad = {k: v for k, v in out["correctness"].items() if v}
+    if bad:
+        print(f"FAIL: correctness counters not 0: {bad}", file=sys.stderr)
+        return 1
+    return 0
