@@ -63,7 +63,12 @@ class Proc:
     def __init__(self, name: str, module: str, args: list[str], env: dict[str, str], log: Path):
         self.name = name
         self.port = free_port()
-        self.args = [sys.executable, "-m", module, *args, f"--metrics-port={self.port}"]
+        python = [sys.executable]
+        profile = os.environ.get("VNPU_BENCH_PROFILE_DIR")
+        if profile:
+            # cProfile writes its stats when the process stops (SIGTERM).
+            python += ["-m", "cProfile", "-o", str(Path(profile) / f"{name}.prof")]
+        self.args = [*python, "-m", module, *args, f"--metrics-port={self.port}"]
         self.env = {
             **env,
             "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("operator", "node_agent")),

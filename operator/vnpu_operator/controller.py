@@ -120,6 +120,7 @@ class Controller:
         self.lease_expiry: dict[str, float] = {}
         self.live: dict[str, bool] = {}
         self.offered: OfferedTemplates | None = None
+        self._offer_by_node: dict[str, frozenset[tuple[str, str]]] = {}
         self.synced = False
 
         # Per pod bookkeeping, dropped when the pod is gone.
@@ -240,7 +241,17 @@ class Controller:
         else:
             self.vnpunodes[name] = obj
         self._refresh_node(name)
-        self._refresh_offered()
+        inventory = self.ledger.node(name)
+        offer = (
+            frozenset((c.model, t.name) for c in inventory.status.chips for t in c.templates)
+            if inventory is not None
+            else frozenset()
+        )
+        # Most VNPUNode updates change free capacity or vNPUs, not what is
+        # offered; only a change of the offer rebuilds it from every node.
+        if self._offer_by_node.get(name) != offer or self.offered is None:
+            self._offer_by_node[name] = offer
+            self._refresh_offered()
 
     def node_event(self, event_type: str | None, obj: Raw) -> None:
         name = str((obj.get("metadata") or {}).get("name", ""))
@@ -279,7 +290,10 @@ class Controller:
                 expiry = renewed + duration + self.settings.lease_grace_seconds
                 self.lease_expiry[node] = expiry
                 self._arm_lease_timer(node, expiry)
-        self._refresh_node(node)
+        # A renewal that leaves the node as live as it was changes nothing
+        # placement reads; at hundreds of nodes these are most events.
+        if self.live.get(node) != self.lease_valid(node) or node not in self.live:
+            self._refresh_node(node)
 
     def _arm_lease_timer(self, node: str, expiry: float) -> None:
         old = self._lease_timers.pop(node, None)

@@ -50,6 +50,11 @@ class Ledger:
         self._by_pod: dict[str, set[str]] = {}
         self._by_node: dict[str, set[str]] = {}
         self._catalog: dict[tuple[str, str], TemplateResources] = {}
+        # node -> (template, chip model, count, policy) -> what _fit_node said.
+        # A node's answer only changes when the node does (inventory,
+        # liveness, an allocation on it) or the catalog does, so a stream of
+        # placements re-evaluates one node each instead of every node.
+        self._fits: dict[str, dict[tuple[str, str | None, int, Policy], _Fit]] = {}
 
     @classmethod
     def rebuild(
@@ -67,15 +72,20 @@ class Ledger:
 
     def upsert_node(self, inventory: NodeInventory) -> None:
         with self._lock:
+            old = self._nodes.get(inventory.name)
             self._nodes[inventory.name] = inventory
-            self._rebuild_catalog()
+            self._fits.pop(inventory.name, None)
+            if old is None or _offer(old) != _offer(inventory):
+                self._rebuild_catalog()
 
     def remove_node(self, name: str) -> NodeInventory | None:
         """Forgets the inventory; allocations on the node stay booked until
         their objects are gone."""
         with self._lock:
             removed = self._nodes.pop(name, None)
-            self._rebuild_catalog()
+            self._fits.pop(name, None)
+            if removed is not None:
+                self._rebuild_catalog()
             return removed
 
     def set_live(self, name: str, live: bool) -> bool:
@@ -86,6 +96,7 @@ class Ledger:
                 return False
             if inventory.live != live:
                 self._nodes[name] = replace(inventory, live=live)
+                self._fits.pop(name, None)
             return True
 
     def node(self, name: str) -> NodeInventory | None:
@@ -104,6 +115,7 @@ class Ledger:
                 for template in chip.templates:
                     catalog.setdefault((chip.model, template.name), template)
         self._catalog = catalog
+        self._fits.clear()
 
     # ---------------------------------------------------------- allocations
 
@@ -132,6 +144,7 @@ class Ledger:
                     ", ".join(sorted(clash)),
                 )
             self._allocs[allocation.key] = allocation
+            self._fits.pop(allocation.node, None)
             self._by_pod.setdefault(allocation.pod_uid, set()).add(allocation.key)
             self._by_node.setdefault(allocation.node, set()).add(allocation.key)
             return True
@@ -152,6 +165,7 @@ class Ledger:
             return tuple(a for a in (self.remove_allocation(k) for k in keys) if a is not None)
 
     def _unindex(self, alloc: Allocation) -> None:
+        self._fits.pop(alloc.node, None)
         for index, bucket in ((self._by_pod, alloc.pod_uid), (self._by_node, alloc.node)):
             keys = index.get(bucket)
             if keys is not None:
@@ -243,7 +257,7 @@ class Ledger:
                 if blocked is not None:
                     reasons[name] = blocked
                     continue
-                outcome = _fit_node(self._state(inventory), request, need, policy)
+                outcome = self._fit(inventory, request, need, policy)
                 if isinstance(outcome, Reason):
                     reasons[name] = outcome
                     continue
@@ -256,6 +270,16 @@ class Ledger:
             if best is None:
                 return NoFit(template=request.template, count=request.count, node_reasons=reasons)
             return self._book(request, best[1], best[2], first_index)
+
+    def _fit(
+        self, inventory: NodeInventory, request: PodRequest, need: int, policy: Policy
+    ) -> _Fit:
+        fits = self._fits.setdefault(inventory.name, {})
+        key = (request.template, request.chip_model, need, policy)
+        outcome = fits.get(key)
+        if outcome is None:
+            outcome = fits[key] = _fit_node(self._state(inventory), request, need, policy)
+        return outcome
 
     def _book(
         self,
@@ -285,6 +309,14 @@ class Ledger:
                 )
             )
         return Placement(node=node, allocations=tuple(self.allocations_for(request.uid)))
+
+
+_Fit = tuple[list[tuple[int, int]], float] | Reason
+
+
+def _offer(inventory: NodeInventory) -> list[tuple[str, list[TemplateResources]]]:
+    """What a node contributes to the catalog."""
+    return [(chip.model, chip.templates) for chip in inventory.status.chips]
 
 
 def _node_filter(inventory: NodeInventory, request: PodRequest) -> Reason | None:

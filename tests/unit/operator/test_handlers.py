@@ -1,0 +1,36 @@
+"""The Kopf wiring keeps to the rules the API economy depends on."""
+
+from __future__ import annotations
+
+import kopf
+
+from vnpu_operator.config import OperatorSettings
+from vnpu_operator.controller import Controller
+from vnpu_operator.handlers import NoDiffBase, configure, register
+from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.metrics import OperatorMetrics
+
+
+def test_only_index_and_event_handlers_so_kopf_keeps_no_state() -> None:
+    registry = kopf.OperatorRegistry()
+    settings = OperatorSettings()
+    controller = Controller(OperatorApi.__new__(OperatorApi), settings, OperatorMetrics())
+    register(registry, controller, settings)
+    # Change-detecting handlers would make Kopf persist progress on objects
+    # (writes) and would need the diff base NoDiffBase skips.
+    assert list(registry._changing.get_all_handlers()) == []
+    assert list(registry._spawning.get_all_handlers()) == []
+    watched = {h.id.split(".")[-1] for h in registry._watching.get_all_handlers()}
+    indexed = {h.id.split(".")[-1] for h in registry._indexing.get_all_handlers()}
+    assert len(watched) == len(indexed) == 5
+
+
+def test_kopf_settings() -> None:
+    settings = kopf.OperatorSettings()
+    configure(settings, OperatorSettings(watch_timeout_seconds=120))
+    assert settings.persistence.finalizer == "vnpu.io/operator"
+    assert isinstance(settings.persistence.diffbase_storage, NoDiffBase)
+    assert settings.posting.level == 30
+    assert settings.watching.server_timeout == 120
+    assert settings.watching.client_timeout == 150
+    assert settings.scanning.disabled is True
