@@ -133,6 +133,8 @@ class Controller:
         self.released_by_us: set[str] = set()
         # Allocations created by us and not yet seen by the watch.
         self.created: set[str] = set()
+        # Pods ungated by us whose ungated version the cache has not seen.
+        self.pinned: set[str] = set()
         self.lost_told: set[str] = set()
         self.failed_seen: set[str] = set()
 
@@ -177,8 +179,11 @@ class Controller:
             return
         if event_type == "DELETED":
             self.pods.pop(uid, None)
+            self.pinned.discard(uid)
         else:
             self.pods[uid] = pod
+            if not is_gated(pod):
+                self.pinned.discard(uid)
             now = self.clock()
             self.seen_at.setdefault(uid, now)
             if is_deleting(pod) or is_terminal(pod):
@@ -587,6 +592,9 @@ class Controller:
         log.info("pod %s placed on %s: vNPU %s", _key(pod), result.node, result.visible_devices)
 
     async def _pin(self, uid: str, pod: Raw, step: Step) -> None:
+        if uid in self.pinned:
+            # Patched already; the cache has not seen the ungated pod yet.
+            return
         allocs = [self.ledger.allocation(k) for k in step.keys]
         ids = [a.vnpu_id for a in allocs if a is not None]
         node = step.node
@@ -608,6 +616,7 @@ class Controller:
                 )
                 return
             raise
+        self.pinned.add(uid)
         since = self.seen_at.get(uid)
         if since is not None:
             self.metrics.allocation_latency.observe(self.clock() - since)

@@ -442,3 +442,17 @@ async def test_a_late_ready_of_a_released_allocation_does_not_start_the_pod() ->
     w.controller.allocation_seen({**first, "status": {"phase": "Ready"}})
     await w.settle()
     assert w.api.of("patch_pod") == []
+
+
+async def test_the_pod_is_patched_once_while_the_cache_still_shows_it_gated() -> None:
+    w = World()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod())
+    await w.settle()
+    w.echo_created(names.PHASE_READY)
+    await w.settle()
+    w.echo_created(names.PHASE_READY)  # e.g. a health condition update
+    w.controller.pod_event("MODIFIED", pod())  # still the gated version
+    await w.settle()
+    assert len(w.api.of("patch_pod")) == 1
