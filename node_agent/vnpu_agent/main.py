@@ -22,7 +22,7 @@ from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import AllocationWatcher
 from vnpu_operator import __version__, names
-from vnpu_operator.cli import serve_http
+from vnpu_operator.cli import configure_logging, serve_http
 
 log = logging.getLogger("vnpu_agent")
 
@@ -153,11 +153,7 @@ class Agent:
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_args(argv)
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(settings.log_level)
     agent = Agent(settings)
 
     async def runner() -> None:

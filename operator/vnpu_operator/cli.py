@@ -1,9 +1,11 @@
 """What both commands share: settings from flags over `VNPU_*` environment
-variables, and the HTTP port with /metrics, /healthz and /readyz."""
+variables, logging, and the HTTP port with /metrics, /healthz and /readyz."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -42,6 +44,17 @@ def parse_settings(
             f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
         )
         parser.error(problems)
+
+
+def configure_logging(level: str) -> None:
+    """Plain text on stderr; Kopf logs every handler call at INFO and the
+    client every response body at DEBUG, which at hundreds of pods a second
+    drowns what matters."""
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
+    )
+    logging.getLogger("kopf").setLevel(logging.WARNING)
+    logging.getLogger("kubernetes_asyncio").setLevel(logging.INFO)
 
 
 async def serve_http(

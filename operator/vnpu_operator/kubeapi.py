@@ -3,7 +3,6 @@
 Kept in one place so the API economy (writes per pod lifecycle) is easy to
 audit: create and delete allocations, the one pinning patch, the pod
 finalizer removal, the waiting condition, and Events a user should see.
-Every method counts its request in `writes`, by verb and resource.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -79,15 +77,10 @@ class OperatorApi:
     def __init__(self, api_client: client.ApiClient) -> None:
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
-        self.writes: Counter[str] = Counter()
         self.host = os.environ.get("HOSTNAME", "")
-
-    def _count(self, what: str) -> None:
-        self.writes[what] += 1
 
     async def create_allocation(self, body: dict[str, Any]) -> bool:
         """True if created, False if it already existed (a retried create)."""
-        self._count("create vnpuallocations")
         try:
             await self.custom.create_namespaced_custom_object(
                 names.GROUP,
@@ -104,7 +97,6 @@ class OperatorApi:
 
     async def delete_allocation(self, key: str) -> None:
         namespace, _, name = key.partition("/")
-        self._count("delete vnpuallocations")
         try:
             await self.custom.delete_namespaced_custom_object(
                 names.GROUP, names.VERSION, namespace, names.ALLOCATION_PLURAL, name
@@ -114,7 +106,6 @@ class OperatorApi:
                 raise
 
     async def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
-        self._count("patch pods")
         await _untyped(
             self.core.patch_namespaced_pod, name, namespace, ops, _content_type=JSON_PATCH
         )
@@ -143,7 +134,6 @@ class OperatorApi:
             "message": message,
             "lastTransitionTime": _now(),
         }
-        self._count("patch pods/status")
         try:
             await _untyped(
                 self.core.patch_namespaced_pod_status,
@@ -191,7 +181,6 @@ class OperatorApi:
             "lastTimestamp": now,
             "count": 1,
         }
-        self._count("create events")
         try:
             await _untyped(self.core.create_namespaced_event, namespace, body)
         except ApiException as exc:

@@ -14,7 +14,7 @@ import kopf
 from kubernetes_asyncio import client, config
 
 from vnpu_operator import __version__, names
-from vnpu_operator.cli import serve_http
+from vnpu_operator.cli import configure_logging, serve_http
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.controller import Controller
 from vnpu_operator.handlers import register
@@ -59,15 +59,7 @@ async def run(settings: OperatorSettings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_args(argv)
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    # Kopf logs every handler call at INFO and the client every response
-    # body at DEBUG; at hundreds of pods a second that drowns what matters.
-    logging.getLogger("kopf").setLevel(logging.WARNING)
-    logging.getLogger("kubernetes_asyncio").setLevel(logging.INFO)
+    configure_logging(settings.log_level)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run(settings))
     return 0
