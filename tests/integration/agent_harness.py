@@ -37,7 +37,68 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
-class AgentProcess:
+REPO = Path(__file__).resolve().parents[2]
+
+
+class ServiceProcess:
+    """One of our commands running against the plane: its log file, its
+    /readyz and /metrics, and signals. Subclasses build the command line."""
+
+    what = "process"
+    kill_timeout = 20.0
+    tail_lines = 40
+
+    def __init__(self, plane: LocalPlane, workdir: Path, log_name: str) -> None:
+        self.plane = plane
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / log_name
+
+    def launch(self, args: list[str], env: dict[str, str], *, ready_timeout: float) -> None:
+        """Starts `args` with our source roots on PYTHONPATH, output to the
+        log; waits for /readyz unless `ready_timeout` is 0."""
+        env = {
+            **env,
+            "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("operator", "node_agent")),
+        }
+        log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        log.close()
+        if ready_timeout:
+            wait_for(f"{self.what} ready", self.ready, timeout=ready_timeout)
+
+    def ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(
+                f"{self.what} exited with {self.proc.returncode}:\n{self.log_tail()}"
+            )
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=self.kill_timeout)
+        self.proc = None
+
+    def log_tail(self, lines: int | None = None) -> str:
+        if not self.log_path.exists():
+            return ""
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-(lines or self.tail_lines) :])
+
+
+class AgentProcess(ServiceProcess):
+    what = "agent"
+
     def __init__(
         self,
         plane: LocalPlane,
@@ -47,14 +108,10 @@ class AgentProcess:
         extra: list[str] | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
-        self.plane = plane
-        self.workdir = workdir
+        super().__init__(plane, workdir, "agent.log")
         self.nodes = nodes
         self.extra = extra or []
         self.env = env or {}
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = workdir / "agent.log"
 
     @property
     def state_dir(self) -> Path:
@@ -82,38 +139,8 @@ class AgentProcess:
             "--log-level=DEBUG",
             *self.extra,
         ]  # fmt: skip
-        penv = {**self.plane.env(), **self.env, **(env or {})}
-        root = Path(__file__).resolve().parents[2]
-        penv["PYTHONPATH"] = os.pathsep.join(str(root / p) for p in ("operator", "node_agent"))
-        log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=penv)
-        log.close()
-        wait_for("agent ready", self.ready, timeout=30)
+        self.launch(args, {**self.plane.env(), **self.env, **(env or {})}, ready_timeout=30)
         return self
-
-    def ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"agent exited with {self.proc.returncode}:\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-            return str(r.read().decode())
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=20)
-        self.proc = None
-
-    def log_tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def sim(self, node: str) -> SimDriver:
         return SimDriver(self.state_dir / node / "sim" / "state.json")

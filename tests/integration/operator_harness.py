@@ -6,30 +6,26 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from agent_harness import AGENT_NAMESPACE, wait_for
+from agent_harness import AGENT_NAMESPACE, ServiceProcess, wait_for
 
 from localplane import LocalPlane
 from localplane.plane import free_port
 from vnpu_operator import names
 
-ROOT = Path(__file__).resolve().parents[2]
 
+class OperatorProcess(ServiceProcess):
+    what = "operator"
+    kill_timeout = 30.0
+    tail_lines = 60
 
-class OperatorProcess:
     def __init__(self, plane: LocalPlane, workdir: Path, *, extra: list[str] | None = None) -> None:
-        self.plane = plane
-        self.workdir = workdir
+        super().__init__(plane, workdir, "operator.log")
         self.extra = extra or []
-        self.port = free_port()
         self.webhook_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = workdir / "operator.log"
 
     def start(self, *, wait_ready: bool = True) -> OperatorProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -48,37 +44,8 @@ class OperatorProcess:
             *self.extra,
         ]  # fmt: skip
         env = {**os.environ, **self.plane.env()}
-        env["PYTHONPATH"] = os.pathsep.join(str(ROOT / p) for p in ("operator", "node_agent"))
-        log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
-        log.close()
-        if wait_ready:
-            wait_for("operator ready", self.ready, timeout=60)
+        self.launch(args, env, ready_timeout=60 if wait_ready else 0)
         return self
-
-    def ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-            return str(r.read().decode())
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
-        self.proc = None
-
-    def log_tail(self, lines: int = 60) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def vnpu_pod(
@@ -137,6 +104,56 @@ def vnpu_pods(plane: LocalPlane) -> list[dict[str, Any]]:
     ]
 
 
+def purge_foreign(plane: LocalPlane, ours: list[str] | tuple[str, ...]) -> None:
+    """Earlier test modules may leave VNPUNodes, agent Leases and allocations
+    of nodes nobody serves any more; an operator would place pods there.
+    Removes those of nodes not in `ours` (allocations with their finalizers
+    stripped)."""
+    keep = set(ours)
+    for vn in (get_json(plane, "vnpunodes") or {}).get("items", []):
+        name = vn["metadata"]["name"]
+        if name not in keep:
+            plane.kubectl("delete", "vnpunode", name, "--wait=false", check=False)
+    for lease in (get_json(plane, "leases", "-n", AGENT_NAMESPACE) or {}).get("items", []):
+        name = lease["metadata"]["name"]
+        if name.startswith(names.LEASE_PREFIX) and name[len(names.LEASE_PREFIX) :] not in keep:
+            plane.kubectl("delete", "lease", "-n", AGENT_NAMESPACE, name, check=False)
+    for alloc in (get_json(plane, "vnpuallocations", "-A") or {}).get("items", []):
+        meta = alloc["metadata"]
+        if (meta.get("labels") or {}).get(names.LABEL_NODE) in keep:
+            continue
+        where = ["-n", meta["namespace"], f"vnpuallocation/{meta['name']}"]
+        plane.kubectl("delete", *where, "--wait=false", check=False)
+        plane.kubectl(
+            "patch", *where, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False
+        )
+
+
+OUR_AGENTS = (names.USER_AGENT_OPERATOR, names.USER_AGENT_AGENT)
+
+
+def audit_since(plane: LocalPlane, offset: int) -> list[dict[str, Any]]:
+    """Completed writes (the plane audits only writes) since `offset` of the audit log."""
+    with open(plane.audit_log, "rb") as f:
+        f.seek(offset)
+        lines = f.read().splitlines()
+    events = []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            # A line still being written, or cut by an offset taken while
+            # another client's write was in flight.
+            continue
+    return [e for e in events if e.get("stage") == "ResponseComplete"]
+
+
+def component(event: dict[str, Any]) -> str:
+    """Which of our components made an audited request (else its client's name)."""
+    agent = str(event.get("userAgent", ""))
+    return next((c for c in OUR_AGENTS if agent.startswith(c)), agent.split("/")[0] or "?")
+
+
 class Stack:
     """Nodes with simulated chips, one agent process serving them and one
     operator: what a module of operator tests runs against.
@@ -170,33 +187,8 @@ class Stack:
         self.agent = AgentProcess(plane, workdir / "agent", self.node_names, extra=agent_extra)
         self.operator = OperatorProcess(plane, workdir / "operator", extra=operator_extra)
 
-    def purge_foreign(self) -> None:
-        """Earlier test modules may leave VNPUNodes, agent Leases and
-        allocations of nodes nobody serves any more; an operator would place
-        pods there. Removed (allocations with their finalizers stripped)."""
-        ours = set(self.node_names)
-        for vn in (get_json(self.plane, "vnpunodes") or {}).get("items", []):
-            name = vn["metadata"]["name"]
-            if name not in ours:
-                self.plane.kubectl("delete", "vnpunode", name, "--wait=false", check=False)
-        leases = get_json(self.plane, "leases", "-n", AGENT_NAMESPACE) or {}
-        for lease in leases.get("items", []):
-            name = lease["metadata"]["name"]
-            if name.startswith(names.LEASE_PREFIX) and name[len(names.LEASE_PREFIX) :] not in ours:
-                self.plane.kubectl("delete", "lease", "-n", AGENT_NAMESPACE, name, check=False)
-        for alloc in (get_json(self.plane, "vnpuallocations", "-A") or {}).get("items", []):
-            meta = alloc["metadata"]
-            if (meta.get("labels") or {}).get(names.LABEL_NODE) in ours:
-                continue
-            where = ["-n", meta["namespace"], f"vnpuallocation/{meta['name']}"]
-            self.plane.kubectl("delete", *where, "--wait=false", check=False)
-            self.plane.kubectl(
-                "patch", *where, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
-                check=False,
-            )  # fmt: skip
-
     def start(self) -> Stack:
-        self.purge_foreign()
+        purge_foreign(self.plane, self.node_names)
         self.agent.start()
         wait_for(
             "VNPUNodes published",

@@ -10,7 +10,6 @@ sharing a node; Lease renewals are per node and time, not per pod.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -19,12 +18,12 @@ from typing import Any
 
 import pytest
 from agent_harness import wait_for
-from operator_harness import Stack, get_json, vnpu_pod
+from operator_harness import OUR_AGENTS, Stack, audit_since, component, get_json, vnpu_pod
 
 from localplane import LocalPlane, NodeSpec
 from vnpu_operator import names
 
-OURS = (names.USER_AGENT_OPERATOR, names.USER_AGENT_AGENT)
+OURS = OUR_AGENTS
 BUDGET = 8
 
 
@@ -40,27 +39,6 @@ def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     ).start()
     yield s
     s.close()
-
-
-def audit_since(plane: LocalPlane, offset: int) -> list[dict[str, Any]]:
-    with open(plane.audit_log, "rb") as f:
-        f.seek(offset)
-        lines = f.read().splitlines()
-    events = []
-    for line in lines:
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            # A line still being written (or cut by an offset taken while
-            # another client's write was in flight); never one of ours,
-            # since offsets are taken when our components are quiet.
-            continue
-    return [e for e in events if e.get("stage") == "ResponseComplete"]
-
-
-def component(event: dict[str, Any]) -> str:
-    agent = str(event.get("userAgent", ""))
-    return next((c for c in OURS if agent.startswith(c)), agent.split("/")[0] or "?")
 
 
 def what(event: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from chart_harness import helm
 
 from localplane import LocalPlane, NodeSpec
 from vnpu_operator import names
@@ -42,24 +43,6 @@ AGENT_SA = "vnpu-operator-agent"
 NODE_A, NODE_B = "chart-npu-a", "chart-npu-b"
 KUBE_VERSION = "1.34.0"
 SIM_VALUES = ("--set", "agent.driver=sim", "--set", "agent.simChips=910B3=2")
-
-
-def helm(plane: LocalPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [plane.binary("helm"), *args],
-        capture_output=True,
-        text=True,
-        env={
-            **plane.env(),
-            "HELM_CACHE_HOME": str(plane.workdir / "helm-cache"),
-            "HELM_CONFIG_HOME": str(plane.workdir / "helm-config"),
-            "HELM_DATA_HOME": str(plane.workdir / "helm-data"),
-        },
-        timeout=300,
-    )
-    if check:
-        assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stderr}"
-    return proc
 
 
 def render(plane: LocalPlane, *args: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:

@@ -22,7 +22,16 @@ from typing import Any
 import pytest
 import yaml
 from agent_harness import AGENT_NAMESPACE, AgentProcess, vnpu_ids, wait_for
-from operator_harness import OperatorProcess, get_json, pod_allocations, vnpu_pod, vnpu_pods
+from chart_harness import helm
+from operator_harness import (
+    OperatorProcess,
+    audit_since,
+    get_json,
+    pod_allocations,
+    purge_foreign,
+    vnpu_pod,
+    vnpu_pods,
+)
 
 from localplane import LocalPlane, NodeSpec
 from vnpu_operator import names
@@ -46,24 +55,6 @@ CRDS = (f"{names.ALLOCATION_PLURAL}.{names.GROUP}", f"{names.NODE_PLURAL}.{names
 # milliseconds must not count as a status code.
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
 DENIED = re.compile(r"\b403\b|forbidden", re.IGNORECASE)
-
-
-def helm(plane: LocalPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [plane.binary("helm"), *args],
-        capture_output=True,
-        text=True,
-        env={
-            **plane.env(),
-            "HELM_CACHE_HOME": str(plane.workdir / "helm-cache"),
-            "HELM_CONFIG_HOME": str(plane.workdir / "helm-config"),
-            "HELM_DATA_HOME": str(plane.workdir / "helm-data"),
-        },
-        timeout=300,
-    )
-    if check:
-        assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stderr}"
-    return proc
 
 
 def installed(plane: LocalPlane) -> bool:
@@ -122,43 +113,6 @@ def denials(log: Path) -> list[str]:
     ]
 
 
-def purge_foreign(plane: LocalPlane) -> None:
-    """What Stack.purge_foreign does: VNPUNodes, agent Leases and allocations of nodes
-    nobody serves any more (left by earlier modules) would attract placements."""
-    ours = set(NODES)
-    for vn in (get_json(plane, "vnpunodes") or {}).get("items", []):
-        name = vn["metadata"]["name"]
-        if name not in ours:
-            plane.kubectl("delete", "vnpunode", name, "--wait=false", check=False)
-    for lease in (get_json(plane, "leases", "-n", NAMESPACE) or {}).get("items", []):
-        name = lease["metadata"]["name"]
-        if name.startswith(names.LEASE_PREFIX) and name[len(names.LEASE_PREFIX) :] not in ours:
-            plane.kubectl("delete", "lease", "-n", NAMESPACE, name, check=False)
-    for alloc in (get_json(plane, "vnpuallocations", "-A") or {}).get("items", []):
-        meta = alloc["metadata"]
-        if (meta.get("labels") or {}).get(names.LABEL_NODE) in ours:
-            continue
-        where = ["-n", meta["namespace"], f"vnpuallocation/{meta['name']}"]
-        plane.kubectl("delete", *where, "--wait=false", check=False)
-        plane.kubectl(
-            "patch", *where, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False
-        )
-
-
-def audit_since(plane: LocalPlane, offset: int) -> list[dict[str, Any]]:
-    """Completed writes (the plane audits only writes) since `offset` of the audit log."""
-    with open(plane.audit_log, "rb") as f:
-        f.seek(offset)
-        lines = f.read().splitlines()
-    events = []
-    for line in lines:
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            continue  # cut by the offset or still being written
-    return [e for e in events if e.get("stage") == "ResponseComplete"]
-
-
 @dataclass
 class Release:
     operator: OperatorProcess
@@ -198,7 +152,7 @@ def release(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iter
     rel: Release | None = None
     try:
         plane.add_nodes([NodeSpec(name=n, chips={"910B3": 2}) for n in NODES])
-        purge_foreign(plane)
+        purge_foreign(plane, NODES)
         op_kubeconfig = token_kubeconfig(plane, workdir / "operator.kubeconfig", OPERATOR_SA)
         operator = OperatorProcess(
             plane, workdir / "operator", extra=[f"--kubeconfig={op_kubeconfig}"]
