@@ -57,16 +57,12 @@ def decide_mutation(pod: Mapping[str, Any], offered: OfferedTemplates | None) ->
 
 def decide_validation(pod: Mapping[str, Any], offered: OfferedTemplates | None) -> Decision:
     """Also requires the mutation to be in place: a pod without the gate could
-    start before its vNPUs exist (another webhook may have undone ours)."""
-    if not requests_vnpus(pod):
-        return Decision(allowed=True)
-    problems = validate_pod(pod, offered)
-    if problems:
-        return Decision(allowed=False, problems=problems)
-    try:
-        missing = mutate_pod(pod)
-    except AdmissionError as exc:
-        return Decision(allowed=False, problems=list(exc.problems))
+    start before its vNPUs exist (another webhook may have undone ours). The
+    same checks as the mutation; a patch it would still make is what is missing."""
+    verdict = decide_mutation(pod, offered)
+    missing = verdict.patch
+    if not verdict.allowed:
+        return verdict
     if missing:
         paths = ", ".join(dict.fromkeys(op["path"] for op in missing))
         return Decision(
