@@ -9,25 +9,21 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_operator import names
+from vnpu_operator.rawcall import call
 
 log = logging.getLogger(__name__)
 
-# The client would pick json-patch for a dict body on custom objects; the
-# runtime accepts `_content_type` although its stubs do not list it, hence
-# these calls go through `_untyped`.
+# The client would pick json-patch for a dict body on custom objects, hence
+# the explicit `_content_type` on every patch. Writes go through `call`, which
+# skips turning the answer into client models (nobody reads it).
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-
-
-async def _untyped(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
-    return await fn(*args, **kwargs)
 
 
 class AgentApi:
@@ -53,7 +49,7 @@ class AgentApi:
         else:
             ops.append({"op": "add", "path": "/status", "value": status})
         try:
-            await _untyped(
+            await call(
                 self.custom.patch_namespaced_custom_object_status,
                 names.GROUP,
                 names.VERSION,
@@ -88,7 +84,7 @@ class AgentApi:
             else []
         )
         try:
-            await _untyped(
+            await call(
                 self.custom.patch_namespaced_custom_object,
                 names.GROUP,
                 names.VERSION,
@@ -124,13 +120,17 @@ class AgentApi:
                 "kind": names.NODE_KIND,
                 "metadata": {"name": node, "labels": {names.LABEL_NODE: node}},
             }
-            await self.custom.create_cluster_custom_object(
-                names.GROUP, names.VERSION, names.NODE_PLURAL, body
+            await call(
+                self.custom.create_cluster_custom_object,
+                names.GROUP,
+                names.VERSION,
+                names.NODE_PLURAL,
+                body,
             )
             await self._patch_node_status(node, status)
 
     async def _patch_node_status(self, node: str, status: dict[str, Any]) -> None:
-        await _untyped(
+        await call(
             self.custom.patch_cluster_custom_object_status,
             names.GROUP,
             names.VERSION,
@@ -147,7 +147,7 @@ class AgentApi:
             holder_identity=node, lease_duration_seconds=duration, renew_time=now
         )
         try:
-            await _untyped(
+            await call(
                 self.coordination.patch_namespaced_lease,
                 name,
                 self.namespace,
@@ -164,7 +164,8 @@ class AgentApi:
             if exc.status != 404:
                 raise
             spec.acquire_time = now
-            await self.coordination.create_namespaced_lease(
+            await call(
+                self.coordination.create_namespaced_lease,
                 self.namespace,
                 client.V1Lease(
                     metadata=client.V1ObjectMeta(name=name, labels={names.LABEL_NODE: node}),
@@ -206,6 +207,6 @@ class AgentApi:
             reporting_instance=node,
         )
         try:
-            await self.core.create_namespaced_event(namespace, body)
+            await call(self.core.create_namespaced_event, namespace, body)
         except ApiException as exc:
             log.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc.reason)

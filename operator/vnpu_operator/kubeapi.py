@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -18,17 +18,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_operator import names
 from vnpu_operator.placement import Allocation
+from vnpu_operator.rawcall import call
 
 log = logging.getLogger(__name__)
 
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 COMPONENT = "vnpu-operator"
-
-
-async def _untyped(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
-    # The runtime accepts `_content_type`; the stubs do not list it.
-    return await fn(*args, **kwargs)
 
 
 def _now() -> str:
@@ -82,7 +78,8 @@ class OperatorApi:
     async def create_allocation(self, body: dict[str, Any]) -> bool:
         """True if created, False if it already existed (a retried create)."""
         try:
-            await self.custom.create_namespaced_custom_object(
+            await call(
+                self.custom.create_namespaced_custom_object,
                 names.GROUP,
                 names.VERSION,
                 body["metadata"]["namespace"],
@@ -98,17 +95,20 @@ class OperatorApi:
     async def delete_allocation(self, key: str) -> None:
         namespace, _, name = key.partition("/")
         try:
-            await self.custom.delete_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, names.ALLOCATION_PLURAL, name
+            await call(
+                self.custom.delete_namespaced_custom_object,
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                names.ALLOCATION_PLURAL,
+                name,
             )
         except ApiException as exc:
             if exc.status != 404:
                 raise
 
     async def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
-        await _untyped(
-            self.core.patch_namespaced_pod, name, namespace, ops, _content_type=JSON_PATCH
-        )
+        await call(self.core.patch_namespaced_pod, name, namespace, ops, _content_type=JSON_PATCH)
 
     async def remove_pod_finalizer(self, pod: Mapping[str, Any]) -> bool:
         """True once the finalizer is off (or the pod gone)."""
@@ -135,7 +135,7 @@ class OperatorApi:
             "lastTransitionTime": _now(),
         }
         try:
-            await _untyped(
+            await call(
                 self.core.patch_namespaced_pod_status,
                 meta["name"],
                 meta["namespace"],
@@ -182,7 +182,7 @@ class OperatorApi:
             "count": 1,
         }
         try:
-            await _untyped(self.core.create_namespaced_event, namespace, body)
+            await call(self.core.create_namespaced_event, namespace, body)
         except ApiException as exc:
             log.warning("event %s on %s/%s lost: %s", reason, namespace, meta.get("name"), exc)
         except Exception as exc:
