@@ -28,6 +28,12 @@ class OperatorSettings(BaseSettings):
     max_attempts: int = Field(
         default=3, ge=1, le=20, description="Placements per pod whose vNPUs may fail."
     )
+    lease_poll_seconds: float = Field(
+        default=5.0,
+        ge=0.25,
+        description="How often agent Leases are listed (at most; never more than "
+        "a quarter of the shortest Lease duration).",
+    )
     lease_grace_seconds: float = Field(
         default=5.0, ge=0, description="Slack past a Lease's expiry before its node is not live."
     )

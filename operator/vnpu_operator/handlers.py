@@ -3,18 +3,20 @@
 Economy rules (the seed's 200-node lesson):
 - Only event and index handlers: Kopf then keeps no progress or diff-base
   state, so it writes nothing on pods or allocations.
-- Index handlers on pods, allocations, VNPUNodes, Nodes and agent Leases
-  feed the controller on every event; Kopf holds every event handler until
-  all of them have listed once, so the first event handler call marks the
-  caches complete. No pod is placed before the ledger holds every existing
-  allocation (a restarted operator never double-books), and no allocation
-  is taken for an orphan before every pod is known.
+- Index handlers on pods, allocations, VNPUNodes and Nodes feed the
+  controller on every event (agent Leases are polled: leases.py). Kopf
+  holds every event handler until all of them have listed once, so the
+  first event handler call marks the caches complete. No pod is placed
+  before the ledger holds every existing allocation (a restarted operator
+  never double-books), and no allocation is taken for an orphan before
+  every pod is known.
 - Kopf's own finalizer and annotation names are ours, in case a later
   handler ever makes it persist something; its Event posting is WARNING+.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +26,7 @@ import kopf
 from vnpu_operator import names
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
+from vnpu_operator.leases import LeasePoller
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +71,28 @@ def configure(settings: kopf.OperatorSettings, ours: OperatorSettings) -> None:
 
 
 def register(
-    registry: kopf.OperatorRegistry, controller: Controller, ours: OperatorSettings
+    registry: kopf.OperatorRegistry,
+    controller: Controller,
+    ours: OperatorSettings,
+    leases: LeasePoller,
 ) -> None:
     """All handlers of the operator, bound to `controller`."""
+    tasks: list[asyncio.Task[None]] = []
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, ours)
+        # Kopf starts no watch before startup handlers return, so every
+        # agent Lease is known before the caches can be called complete.
+        if not tasks:
+            tasks.append(asyncio.create_task(leases.run(), name="lease-poller"))
+        await leases.listed.wait()
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     @kopf.on.login(registry=registry)
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -111,19 +129,6 @@ def register(
         controller.mark_synced()
         if event["type"] == "DELETED":
             controller.node_event("DELETED", _obj(event))
-
-    def agent_lease(name: str, namespace: str | None, **_: Any) -> bool:
-        return namespace == ours.agent_namespace and name.startswith(names.LEASE_PREFIX)
-
-    @kopf.index("coordination.k8s.io", "v1", "leases", when=agent_lease, registry=registry)
-    async def leases_index(body: kopf.Body, **_: Any) -> None:
-        controller.lease_event(None, _raw(body))
-
-    @kopf.on.event("coordination.k8s.io", "v1", "leases", when=agent_lease, registry=registry)
-    async def lease_event(event: kopf.RawEvent, **_: Any) -> None:
-        controller.mark_synced()
-        if event["type"] == "DELETED":
-            controller.lease_event("DELETED", _obj(event))
 
     # ------------------------------------------------------ pods
     # Indexed too: an allocation whose pod is not in the cache is released,

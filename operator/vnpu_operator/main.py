@@ -19,6 +19,7 @@ from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.controller import Controller
 from vnpu_operator.handlers import register
 from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.leases import LeasePoller
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.webhook_server import WebhookServer
 
@@ -48,7 +49,14 @@ async def run(settings: OperatorSettings) -> None:
     await webhook.register(api_client)
 
     registry = kopf.OperatorRegistry()
-    register(registry, controller, settings)
+    leases = LeasePoller(
+        client.CoordinationV1Api(api_client),
+        settings.agent_namespace,
+        controller,
+        interval=settings.lease_poll_seconds,
+        retry_max=settings.retry_max_seconds,
+    )
+    register(registry, controller, settings, leases)
     try:
         await kopf.operator(registry=registry, clusterwide=True, standalone=True)
     finally:

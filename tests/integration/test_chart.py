@@ -420,8 +420,6 @@ OPERATOR_ALLOWED = [
     ("watch", "vnpunodes.vnpu.io"),
     ("list", "nodes"),
     ("watch", "nodes"),
-    ("list", "leases.coordination.k8s.io"),
-    ("watch", "leases.coordination.k8s.io"),
     ("create", "events"),
     ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io"),
     ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
@@ -438,6 +436,9 @@ OPERATOR_DENIED = [
     ("patch", "vnpunodes.vnpu.io/status"),
     ("patch", "nodes"),
     ("create", "leases.coordination.k8s.io"),
+    # Agent Leases are listed in the release namespace only, never watched.
+    ("list", "leases.coordination.k8s.io"),
+    ("watch", "leases.coordination.k8s.io"),
     ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/other"),
     ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
 ]
@@ -475,6 +476,10 @@ def test_operator_rbac(plane: LocalPlane, release: str) -> None:
     assert not wrong, f"operator lacks {wrong}"
     wrong = [(v, r) for v, r in OPERATOR_DENIED if cred.can_i(v, r)]
     assert not wrong, f"operator may {wrong}"
+    leases = "leases.coordination.k8s.io"
+    assert cred.can_i("list", leases, NAMESPACE)
+    assert not cred.can_i("watch", leases, NAMESPACE)
+    assert not cred.can_i("patch", leases, NAMESPACE)
 
 
 def test_agent_rbac(plane: LocalPlane, release: str) -> None:

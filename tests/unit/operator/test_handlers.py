@@ -8,6 +8,7 @@ from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
 from vnpu_operator.handlers import NoDiffBase, configure, register
 from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.leases import LeasePoller
 from vnpu_operator.metrics import OperatorMetrics
 
 
@@ -15,14 +16,17 @@ def test_only_index_and_event_handlers_so_kopf_keeps_no_state() -> None:
     registry = kopf.OperatorRegistry()
     settings = OperatorSettings()
     controller = Controller(OperatorApi.__new__(OperatorApi), settings, OperatorMetrics())
-    register(registry, controller, settings)
+    leases = LeasePoller.__new__(LeasePoller)
+    register(registry, controller, settings, leases)
     # Change-detecting handlers would make Kopf persist progress on objects
     # (writes) and would need the diff base NoDiffBase skips.
     assert list(registry._changing.get_all_handlers()) == []
     assert list(registry._spawning.get_all_handlers()) == []
     watched = {h.id.split(".")[-1] for h in registry._watching.get_all_handlers()}
     indexed = {h.id.split(".")[-1] for h in registry._indexing.get_all_handlers()}
-    assert len(watched) == len(indexed) == 5
+    # Pods, allocations, VNPUNodes, Nodes; agent Leases are polled (leases.py).
+    assert len(watched) == len(indexed) == 4
+    assert not [h for h in watched | indexed if "lease" in h]
 
 
 def test_kopf_settings() -> None:
