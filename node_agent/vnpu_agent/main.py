@@ -18,6 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from vnpu_agent.config import AgentSettings, parse_args
 from vnpu_agent.drivers.base import Driver
 from vnpu_agent.kubeapi import AgentApi
+from vnpu_agent.leases import LeaseRenewer
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import AllocationWatcher
@@ -80,17 +81,14 @@ class Agent:
         if agent is not None:
             await agent.on_event(kind, obj)
 
-    async def _lease_loop(self, api: AgentApi) -> None:
-        period = self.settings.lease_duration_seconds / 3
-        while True:
-            for node in list(self.nodes):
-                try:
-                    await api.renew_lease(node, self.settings.lease_duration_seconds)
-                except ApiException as exc:
-                    log.warning("lease renewal for %s failed: %s", node, exc.reason)
-                except Exception as exc:
-                    log.warning("lease renewal for %s failed: %s", node, exc)
-            await asyncio.sleep(period)
+    def _leases(self, api: AgentApi) -> LeaseRenewer:
+        duration = self.settings.lease_duration_seconds
+
+        async def renew(node: str) -> None:
+            await api.renew_lease(node, duration)
+
+        # Three renewals per duration: two may fail before the node expires.
+        return LeaseRenewer(lambda: list(self.nodes), renew, duration / 3)
 
     def ready(self) -> bool:
         return (
@@ -137,7 +135,7 @@ class Agent:
         log.info("serving %d node(s) with the %s driver", len(self.nodes), s.driver)
         tasks = [
             asyncio.create_task(watcher.run(), name="watch"),
-            asyncio.create_task(self._lease_loop(api), name="lease"),
+            asyncio.create_task(self._leases(api).run(), name="leases"),
             *(asyncio.create_task(a.run(), name=f"node-{n}") for n, a in self.nodes.items()),
         ]
         try:
