@@ -15,6 +15,7 @@ from bench.cluster import Cluster
 from localplane import LocalPlane
 from vnpu_agent.drivers.catalog import Usage, find_model
 from vnpu_operator import names
+from vnpu_operator.rawcall import call_json
 
 OURS = {names.USER_AGENT_OPERATOR: "operator", names.USER_AGENT_AGENT: "agent"}
 OTHERS = {"vnpu-bench": "bench-driver", "vnpu-floor": "floor"}
@@ -106,6 +107,18 @@ def per_lifecycle(events: list[dict[str, Any]], namespace: str, pods: int) -> di
 
 
 _METRIC = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
+
+
+async def events_by_reason(core: Any, namespace: str) -> dict[str, int]:
+    """Events our components posted in `namespace`, by component and reason:
+    which Events make up the writes per pod, and why pods waited."""
+    listed = await call_json(core.list_namespaced_event, namespace)
+    counts: Counter[str] = Counter()
+    for item in listed.get("items") or []:
+        who = (item.get("source") or {}).get("component") or item.get("reportingComponent", "")
+        if str(who).startswith("vnpu"):
+            counts[f"{who}: {item.get('reason')}"] += item.get("count") or 1
+    return dict(counts.most_common())
 
 
 def apiserver_requests(plane: LocalPlane) -> Counter[str]:

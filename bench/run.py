@@ -87,6 +87,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         "ungate": report.summary(ung),
         "gone": report.summary(gone, (50, 90, 99)),
         "errors": driver.errors[:20],
+        "our_events": await report.events_by_reason(core, "bench"),
     }
     say(f"churn done in {churn_s:.0f}s: ungate p99 {report.fmt(report.pct(ung, 99))}, "
         f"gone p99 {report.fmt(report.pct(gone, 99))}")  # fmt: skip
