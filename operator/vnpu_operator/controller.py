@@ -35,6 +35,7 @@ from vnpu_operator.lifecycle import (
     is_deleting,
     is_gated,
     is_terminal,
+    slim_pod,
 )
 from vnpu_operator.metrics import OperatorMetrics, StateView
 from vnpu_operator.pinning import PinningError, pin_patch
@@ -181,6 +182,7 @@ class Controller:
             self.pods.pop(uid, None)
             self.pinned.discard(uid)
         else:
+            pod = slim_pod(pod)
             self.pods[uid] = pod
             if not is_gated(pod):
                 self.pinned.discard(uid)

@@ -35,8 +35,13 @@ Raw = dict[str, Any]
 
 def _raw(body: Mapping[str, Any]) -> Raw:
     # A shallow snapshot: Kopf swaps the body's underlying dict on the next
-    # event, the nested dicts we keep stay as they were.
-    return {k: body[k] for k in body}
+    # event, the nested dicts we keep stay as they were. managedFields, which
+    # nothing here reads, is not kept.
+    raw = {k: body[k] for k in body}
+    meta = raw.get("metadata")
+    if isinstance(meta, Mapping) and "managedFields" in meta:
+        raw["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return raw
 
 
 class NoDiffBase(kopf.AnnotationsDiffBaseStorage):

@@ -72,6 +72,27 @@ class Step:
     node: str = ""
 
 
+# What the operator reads of a pod's spec: placement (selector, affinity,
+# tolerations), pinning (gates, affinity) and the lifecycle (gates).
+POD_SPEC_READ = ("schedulingGates", "nodeSelector", "affinity", "tolerations", "nodeName")
+
+
+def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a pod the operator reads, as it keeps it in its cache.
+    Containers, their statuses and managedFields are most of a pod object;
+    at 2000 pods they were most of the operator's memory."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": pod.get("kind", "Pod"),
+        "metadata": {k: v for k, v in meta.items() if k != "managedFields"},
+        "spec": {k: spec[k] for k in POD_SPEC_READ if k in spec},
+        "status": {"phase": status["phase"]} if "phase" in status else {},
+    }
+
+
 def is_gated(pod: Mapping[str, Any]) -> bool:
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     return any(g.get("name") == names.SCHEDULING_GATE for g in gates)

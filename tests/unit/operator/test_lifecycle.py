@@ -7,7 +7,10 @@ from typing import Any
 import pytest
 
 from vnpu_operator import names
-from vnpu_operator.lifecycle import AllocView, StepKind, decide, requested_count
+from vnpu_operator.kubeapi import finalizer_removal
+from vnpu_operator.lifecycle import AllocView, StepKind, decide, requested_count, slim_pod
+from vnpu_operator.pinning import pin_patch
+from vnpu_operator.placement import PodRequest
 
 
 def pod(
@@ -140,3 +143,53 @@ def test_alloc_view_reads_the_api_object() -> None:
     )
     assert view == AllocView("ns/a", "n", 104, "Failed", True, "no room")
     assert AllocView.from_api({"metadata": {"namespace": "ns", "name": "b"}}).phase == "Pending"
+
+
+def full_pod(**kwargs: Any) -> dict[str, Any]:
+    """A pod as the API serves it: managedFields, containers, their statuses."""
+    p = pod(**kwargs)
+    p["apiVersion"], p["kind"] = "v1", "Pod"
+    p["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}] * 3
+    p["metadata"]["resourceVersion"] = "42"
+    p["spec"].update(
+        containers=[{"name": "c", "image": "busybox", "env": [{"name": "A", "value": "1"}]}],
+        nodeSelector={"zone": "a"},
+        tolerations=[{"key": "npu", "operator": "Exists"}],
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]}
+                    ]
+                }
+            }
+        },
+        volumes=[{"name": "v", "emptyDir": {}}],
+    )
+    p["status"].update(containerStatuses=[{"name": "c", "ready": False}], hostIP="10.0.0.1")
+    return p
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"gated": False}, {"deleting": True}, {"phase": "Succeeded"}, {"count": "2"}],
+)
+def test_the_slim_cached_pod_reads_like_the_full_one(kwargs: dict[str, Any]) -> None:
+    full = full_pod(**kwargs)
+    slim = slim_pod(full)
+    assert "managedFields" not in slim["metadata"]
+    assert "containers" not in slim["spec"]
+    assert slim["status"] == {"phase": full["status"]["phase"]}
+    allocs = [alloc(0, names.PHASE_READY), alloc(1, names.PHASE_READY)]
+    for views in ([], allocs[:1], allocs):
+        assert decide(slim, views, attempts=0, max_attempts=3) == decide(
+            full, views, attempts=0, max_attempts=3
+        )
+    assert PodRequest.from_pod(slim) == PodRequest.from_pod(full)
+    labels = {"kubernetes.io/hostname": "n1"}
+    assert pin_patch(slim, "n1", labels, [3]) == pin_patch(full, "n1", labels, [3])
+    assert finalizer_removal(slim) == finalizer_removal(full)
+    # The Event about the pod names it the same way.
+    for key in ("apiVersion", "kind"):
+        assert slim[key] == full[key]
+    assert {k: v for k, v in full["metadata"].items() if k != "managedFields"} == slim["metadata"]
