@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import load, report
-from bench.cluster import Cluster, ProcStats
+from bench.cluster import Cluster, ProcStats, proc_stats
 from vnpu_operator import names
 
 
@@ -33,13 +34,39 @@ def say(msg: str) -> None:
 
 
 def settle_audit(path: Path, quiet: float = 2.0, limit: float = 60) -> int:
-    last, since, start = path.stat().st_size, time.monotonic(), time.monotonic()
-    while time.monotonic() - since < quiet and time.monotonic() - start < limit:
+    """The audit log's size once it has had no write but Lease renewals for
+    `quiet` seconds: renewals are spread evenly over time and never stop."""
+    start = time.monotonic()
+    offset = path.stat().st_size
+    last_write = start
+    while time.monotonic() - last_write < quiet and time.monotonic() - start < limit:
         time.sleep(0.25)
         size = path.stat().st_size
-        if size != last:
-            last, since = size, time.monotonic()
-    return last
+        events = report.audit_events(path, offset, size)
+        offset = size
+        if any(not report.what(e).endswith(" leases") for e in events):
+            last_write = time.monotonic()
+    return offset
+
+
+def cpu_by_process(cluster: Cluster) -> dict[str, float]:
+    """CPU seconds so far of every process on the machine's two cores that
+    the benchmark started, this one included: who the churn's CPU went to."""
+    pids = {name: p.pid for name, p in cluster.plane.procs.items()}
+    if cluster.operator and cluster.operator.proc:
+        pids["vnpu-operator"] = cluster.operator.proc.pid
+    for i, agent in enumerate(cluster.agents):
+        if agent.proc:
+            pids[f"vnpu-agent-{i}"] = agent.proc.pid
+    out = {}
+    for name, pid in pids.items():
+        try:
+            out[name] = proc_stats(pid).cpu_seconds
+        except OSError:
+            continue
+    t = os.times()
+    out["bench-driver"] = t.user + t.system
+    return out
 
 
 def ratio(a: Any, b: Any) -> float | None:
@@ -64,9 +91,11 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     off0 = settle_audit(plane.audit_log)
     req0 = report.apiserver_requests(plane)
     say(f"churn: {args.pods} pods at {args.rate}/s, held {args.hold}s")
+    cpu_start = cpu_by_process(cluster)
     snap_task = asyncio.create_task(_mid_snapshot(cluster, args))
     churn_s = await load.churn(driver, pods, args.rate, args.hold, args.timeout)
     mid = await snap_task
+    cpu_end = cpu_by_process(cluster)
     off1 = settle_audit(plane.audit_log)
     req1 = report.apiserver_requests(plane)
     correctness.update(mid)
@@ -88,6 +117,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         "gone": report.summary(gone, (50, 90, 99)),
         "errors": driver.errors[:20],
         "our_events": await report.events_by_reason(core, "bench"),
+        "cpu_seconds": {k: round(v - cpu_start.get(k, 0), 1) for k, v in cpu_end.items()},
     }
     say(f"churn done in {churn_s:.0f}s: ungate p99 {report.fmt(report.pct(ung, 99))}, "
         f"gone p99 {report.fmt(report.pct(gone, 99))}")  # fmt: skip
