@@ -47,8 +47,9 @@ typecheck: $(STAMP) ## mypy (strict)
 	$(VENV)/bin/mypy
 
 .PHONY: test
-test: $(STAMP) plane lint typecheck ## everything CI runs
+test: $(STAMP) plane lint typecheck ## everything CI runs (bench-quick last: correctness only)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory bench-quick
 
 .PHONY: test-unit
 test-unit: $(STAMP) ## unit tests only (no control plane)

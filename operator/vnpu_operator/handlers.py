@@ -54,10 +54,6 @@ class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
         return kopf.BodyEssence()
 
 
-def _obj(event: kopf.RawEvent) -> Raw:
-    return dict(event["object"])
-
-
 def configure(settings: kopf.OperatorSettings, ours: OperatorSettings) -> None:
     settings.persistence.finalizer = names.KOPF_FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
@@ -103,49 +99,63 @@ def register(
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         return await kopf.login_via_async_client(**kwargs)
 
+    # Each kind has an index handler and an event handler. Until the caches
+    # are complete the index handlers fill them: Kopf runs no event handler
+    # before every indexed object has been through its index handler once,
+    # so the first event handler call finds every cache complete. From then
+    # on the index handlers are filtered out and the event handlers alone
+    # feed the controller: Kopf's cost of executing a handler, paid twice
+    # per event, was a tenth of the operator's CPU at 200 nodes.
+    def listing(**_: Any) -> bool:
+        return not controller.synced
+
+    def deleted(event: kopf.RawEvent) -> bool:
+        controller.mark_synced()
+        return event["type"] == "DELETED"
+
     # ------------------------------------------------------ allocations
-    @kopf.index(names.GROUP, names.VERSION, names.ALLOCATION_PLURAL, registry=registry)
+    @kopf.index(
+        names.GROUP, names.VERSION, names.ALLOCATION_PLURAL, when=listing, registry=registry
+    )
     async def allocations_index(body: kopf.Body, **_: Any) -> None:
         controller.allocation_seen(_raw(body))
 
     @kopf.on.event(names.GROUP, names.VERSION, names.ALLOCATION_PLURAL, registry=registry)
     async def allocation_event(event: kopf.RawEvent, **_: Any) -> None:
-        controller.mark_synced()
-        if event["type"] == "DELETED":
-            controller.allocation_gone(_obj(event))
+        if deleted(event):
+            controller.allocation_gone(_raw(event["object"]))
+        else:
+            controller.allocation_seen(_raw(event["object"]))
 
     # ------------------------------------------------------ inventories
-    @kopf.index(names.GROUP, names.VERSION, names.NODE_PLURAL, registry=registry)
+    @kopf.index(names.GROUP, names.VERSION, names.NODE_PLURAL, when=listing, registry=registry)
     async def vnpunodes_index(body: kopf.Body, **_: Any) -> None:
         controller.vnpunode_event(None, _raw(body))
 
     @kopf.on.event(names.GROUP, names.VERSION, names.NODE_PLURAL, registry=registry)
     async def vnpunode_event(event: kopf.RawEvent, **_: Any) -> None:
-        controller.mark_synced()
-        if event["type"] == "DELETED":
-            controller.vnpunode_event("DELETED", _obj(event))
+        kind = "DELETED" if deleted(event) else None
+        controller.vnpunode_event(kind, _raw(event["object"]))
 
-    @kopf.index("", "v1", "nodes", registry=registry)
+    @kopf.index("", "v1", "nodes", when=listing, registry=registry)
     async def nodes_index(body: kopf.Body, **_: Any) -> None:
         controller.node_event(None, _raw(body))
 
     @kopf.on.event("", "v1", "nodes", registry=registry)
     async def node_event(event: kopf.RawEvent, **_: Any) -> None:
-        controller.mark_synced()
-        if event["type"] == "DELETED":
-            controller.node_event("DELETED", _obj(event))
+        kind = "DELETED" if deleted(event) else None
+        controller.node_event(kind, _raw(event["object"]))
 
     # ------------------------------------------------------ pods
     # Indexed too: an allocation whose pod is not in the cache is released,
     # which is only right once every pod has been listed.
-    @kopf.index("", "v1", "pods", annotations={names.ANN_TEMPLATE: kopf.PRESENT}, registry=registry)
+    requested = {names.ANN_TEMPLATE: kopf.PRESENT}
+
+    @kopf.index("", "v1", "pods", annotations=requested, when=listing, registry=registry)
     async def pods_index(body: kopf.Body, **_: Any) -> None:
         controller.pod_event(None, _raw(body))
 
-    @kopf.on.event(
-        "", "v1", "pods", annotations={names.ANN_TEMPLATE: kopf.PRESENT}, registry=registry
-    )
+    @kopf.on.event("", "v1", "pods", annotations=requested, registry=registry)
     async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
-        controller.mark_synced()
-        if event["type"] == "DELETED":
-            controller.pod_event("DELETED", _obj(event))
+        kind = "DELETED" if deleted(event) else None
+        controller.pod_event(kind, _raw(event["object"]))
