@@ -403,6 +403,11 @@ class LocalPlane:
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 "--cidr=10.244.0.0/16",
                 "--node-ip=10.1.0.1",
+                # Node Leases, as kubelets have renewed them since 1.17: node status is
+                # then written rarely. Without them kwok heartbeats every node's status
+                # often enough to load the API server, yet under load not often enough
+                # for the controller-manager, which marks nodes NotReady and taints them.
+                "--node-lease-duration-seconds=40",
                 f"--server-address=127.0.0.1:{self.ports.kwok}",
                 f"--config={REPO_ROOT / 'hack' / 'plane' / 'kwok-stages.yaml'}",
             ],

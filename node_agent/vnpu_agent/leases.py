@@ -7,7 +7,9 @@ the sleep plus 200 round trips, which under load approaches the Lease
 duration itself, so nodes flap to not-live. Here node i of N is renewed at
 i/N of each period on a fixed schedule, each renewal in its own task (a
 slow one delays no other), at most `concurrency` in flight, and a node
-whose previous renewal is still running is not asked again.
+whose previous renewal is still running is not asked again. The first
+round is the exception: a node without a Lease takes no placements, so at
+start every Lease is written at once (still `concurrency` at a time).
 """
 
 from __future__ import annotations
@@ -55,21 +57,30 @@ class LeaseRenewer:
                 self.failures += 1
                 log.warning("lease renewal for %s failed: %s", node, exc)
 
+    def _start(self, node: str) -> None:
+        task = self._inflight.get(node)
+        if task is not None and not task.done():
+            self.skipped += 1
+            return
+        self._inflight[node] = asyncio.create_task(self._one(node), name=f"lease-{node}")
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         due = loop.time()
+        first = True
         try:
             while True:
                 nodes = self.nodes()
+                if first and nodes:
+                    first = False
+                    for node in nodes:
+                        self._start(node)
+                    due += self.period
+                    await asyncio.sleep(max(0.0, due - loop.time()))
+                    continue
                 step = self.period / max(1, len(nodes))
                 for node in nodes:
-                    task = self._inflight.get(node)
-                    if task is not None and not task.done():
-                        self.skipped += 1
-                    else:
-                        self._inflight[node] = asyncio.create_task(
-                            self._one(node), name=f"lease-{node}"
-                        )
+                    self._start(node)
                     due += step
                     # Behind schedule (a stalled loop): go on at once rather
                     # than sleep, so no Lease waits a whole extra period.
