@@ -283,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         cluster.start_operator()
         out["startup"]["operator_ready_s"] = time.monotonic() - t
+        if cluster.operator:
+            # Synced with every node and no pod: what the peak RSS grows from.
+            out["startup"]["operator_rss_synced_mb"] = cluster.operator.stats().rss_mb
         asyncio.run(phases(args, cluster, out))
     finally:
         cluster.stop()
