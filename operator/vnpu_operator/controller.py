@@ -32,6 +32,7 @@ from vnpu_operator.lifecycle import (
     Step,
     StepKind,
     decide,
+    has_finalizer,
     is_deleting,
     is_gated,
     is_terminal,
@@ -136,6 +137,10 @@ class Controller:
         self.created: set[str] = set()
         # Pods ungated by us whose ungated version the cache has not seen.
         self.pinned: set[str] = set()
+        # Pods whose finalizer removal was sent and whose cached copy still
+        # shows the finalizer: the pod's other events in that window (kwok or
+        # a kubelet finishing it) must not send the removal again.
+        self.finished: set[str] = set()
         self.lost_told: set[str] = set()
         self.failed_seen: set[str] = set()
 
@@ -181,11 +186,14 @@ class Controller:
         if event_type == "DELETED":
             self.pods.pop(uid, None)
             self.pinned.discard(uid)
+            self.finished.discard(uid)
         else:
             pod = slim_pod(pod)
             self.pods[uid] = pod
             if not is_gated(pod):
                 self.pinned.discard(uid)
+            if not has_finalizer(pod):
+                self.finished.discard(uid)
             now = self.clock()
             self.seen_at.setdefault(uid, now)
             if is_deleting(pod) or is_terminal(pod):
@@ -517,6 +525,8 @@ class Controller:
             self.released_by_us.add(key)
 
     async def _finish(self, uid: str, pod: Raw) -> None:
+        if uid in self.finished:
+            return
         deleted = is_deleting(pod)
         if not deleted and is_terminal(pod):
             # The pod stays visible, so the Event is worth its write; for a
@@ -527,6 +537,7 @@ class Controller:
                 message=f"pod is {pod.get('status', {}).get('phase')}; its vNPUs are destroyed",
             )
         await self.api.remove_pod_finalizer(pod)
+        self.finished.add(uid)
         since = self.releasing_since.pop(uid, None)
         if since is not None:
             self.metrics.release_latency.observe(self.clock() - since)

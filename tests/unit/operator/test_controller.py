@@ -204,6 +204,21 @@ async def test_full_lifecycle_writes() -> None:
     assert w.api.of("remove_pod_finalizer") == ["p"]
     assert len(w.api.calls) == 2 + 1 + 1 + 2 + 1
 
+    # The kubelet (kwok) finishing the pod while the cache still shows our
+    # finalizer: the removal is not sent again.
+    finishing = {**started, "status": {"phase": "Succeeded"}}
+    w.controller.pod_event("MODIFIED", finishing)
+    w.controller.pod_event("MODIFIED", started)
+    await w.settle()
+    assert w.api.of("remove_pod_finalizer") == ["p"]
+    # A version without it ends the wait; the pod's deletion ends it all.
+    done = {**started, "metadata": {**started["metadata"], "finalizers": []}}
+    w.controller.pod_event("MODIFIED", done)
+    w.controller.pod_event("DELETED", done)
+    await w.settle()
+    assert w.api.of("remove_pod_finalizer") == ["p"]
+    assert "u1" not in w.controller.finished
+
 
 async def test_no_fit_tells_the_pod_once_and_retries_when_capacity_frees() -> None:
     w = World()
