@@ -254,6 +254,12 @@ def print_table(r: dict[str, Any]) -> None:
     row("agent(s) CPU s / peak RSS", f"{p['agents']['cpu_seconds']:.1f}s / "
         f"{p['agents']['peak_rss_mb']:.1f} MB; base {p['agents']['base_rss_mb']:.1f} MB; "
         f"{p['agents']['mb_per_node_over_base']:.3f} MB/node (target <= 1)")  # fmt: skip
+    cpu = r["churn"].get("cpu_seconds") or {}
+    if cpu:
+        busy = sum(cpu.values()) / max(r["churn"]["duration_s"], 1e-9)
+        row("churn CPU s by process", f"{busy:.2f} of the cores busy on average")
+        for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
+            row(f"  {name}", f"{seconds:.1f}s")
     print("-- correctness (all must be 0)")
     for k, v in r["correctness"].items():
         row(f"  {k}", str(v))
