@@ -179,8 +179,9 @@ class Controller:
                 len(self.pods),
             )
 
-    def pod_event(self, event_type: str | None, pod: Raw) -> None:
-        uid = _uid(pod)
+    def pod_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """`obj` may be the watch's own object: only a slim copy is kept."""
+        uid = _uid(obj)
         if not uid:
             return
         if event_type == "DELETED":
@@ -188,7 +189,7 @@ class Controller:
             self.pinned.discard(uid)
             self.finished.discard(uid)
         else:
-            pod = slim_pod(pod)
+            pod = slim_pod(obj)
             self.pods[uid] = pod
             if not is_gated(pod):
                 self.pinned.discard(uid)
@@ -268,7 +269,7 @@ class Controller:
             self._offer_by_node[name] = offer
             self._refresh_offered()
 
-    def node_event(self, event_type: str | None, obj: Raw) -> None:
+    def node_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name", ""))
         if event_type == "DELETED":
             self.nodes.pop(name, None)

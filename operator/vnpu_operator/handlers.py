@@ -3,13 +3,14 @@
 Economy rules (the seed's 200-node lesson):
 - Only event and index handlers: Kopf then keeps no progress or diff-base
   state, so it writes nothing on pods or allocations.
-- Index handlers on pods, allocations, VNPUNodes and Nodes feed the
-  controller on every event (agent Leases are polled: leases.py). Kopf
-  holds every event handler until all of them have listed once, so the
-  first event handler call marks the caches complete. No pod is placed
-  before the ledger holds every existing allocation (a restarted operator
-  never double-books), and no allocation is taken for an orphan before
-  every pod is known.
+- Index handlers on pods, allocations, VNPUNodes and Nodes fill the
+  controller's caches until they are complete; from then on the event
+  handlers alone feed it (agent Leases are polled: leases.py). Kopf holds
+  every event handler until all of them have listed once, so the first
+  event handler call marks the caches complete. No pod is placed before
+  the ledger holds every existing allocation (a restarted operator never
+  double-books), and no allocation is taken for an orphan before every
+  pod is known.
 - Kopf's own finalizer and annotation names are ours, in case a later
   handler ever makes it persist something; its Event posting is WARNING+.
 """
@@ -137,14 +138,16 @@ def register(
         kind = "DELETED" if deleted(event) else None
         controller.vnpunode_event(kind, _raw(event["object"]))
 
+    # The controller keeps its own slim copies of Nodes and pods (labels and
+    # taints; the fields it reads), so these get Kopf's body as it is.
     @kopf.index("", "v1", "nodes", when=listing, registry=registry)
     async def nodes_index(body: kopf.Body, **_: Any) -> None:
-        controller.node_event(None, _raw(body))
+        controller.node_event(None, body)
 
     @kopf.on.event("", "v1", "nodes", registry=registry)
     async def node_event(event: kopf.RawEvent, **_: Any) -> None:
         kind = "DELETED" if deleted(event) else None
-        controller.node_event(kind, _raw(event["object"]))
+        controller.node_event(kind, event["object"])
 
     # ------------------------------------------------------ pods
     # Indexed too: an allocation whose pod is not in the cache is released,
@@ -153,9 +156,9 @@ def register(
 
     @kopf.index("", "v1", "pods", annotations=requested, when=listing, registry=registry)
     async def pods_index(body: kopf.Body, **_: Any) -> None:
-        controller.pod_event(None, _raw(body))
+        controller.pod_event(None, body)
 
     @kopf.on.event("", "v1", "pods", annotations=requested, registry=registry)
     async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
         kind = "DELETED" if deleted(event) else None
-        controller.pod_event(kind, _raw(event["object"]))
+        controller.pod_event(kind, event["object"])
