@@ -26,6 +26,15 @@ MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 
+def uid_guard(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """A JSON patch `test` of the object's uid: a cached copy may be stale and
+    an object of the same name may have replaced it (a pod placed again),
+    which must never receive a write meant for the old one."""
+    if not meta.get("uid"):
+        return []
+    return [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]}]
+
+
 class AgentApi:
     def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
         self.custom = client.CustomObjectsApi(api_client)
@@ -34,16 +43,10 @@ class AgentApi:
         self.namespace = namespace
 
     async def patch_allocation_status(self, obj: dict[str, Any], status: dict[str, Any]) -> bool:
-        """Sets the given status fields of the allocation `obj` describes.
-
-        A JSON patch guarded by a `test` of the object's uid: a cached copy
-        may be stale and an object of the same name may have replaced it
-        (a pod placed again), which must never receive this status. False
-        when the object is gone or was replaced."""
+        """Sets the given status fields of the allocation `obj` describes,
+        guarded by its uid. False when the object is gone or was replaced."""
         meta = obj["metadata"]
-        ops: list[dict[str, Any]] = []
-        if meta.get("uid"):
-            ops.append({"op": "test", "path": "/metadata/uid", "value": meta["uid"]})
+        ops = uid_guard(meta)
         if obj.get("status"):
             ops += [{"op": "add", "path": f"/status/{k}", "value": v} for k, v in status.items()]
         else:
@@ -68,21 +71,15 @@ class AgentApi:
         return True
 
     async def remove_finalizer(self, obj: dict[str, Any]) -> None:
-        """JSON patch with a `test`, so a concurrent change to the list
-        fails the request instead of being overwritten."""
+        """JSON patch with `test`s of the uid and the list, so a replaced
+        object or a concurrent change fails the request instead of being
+        overwritten."""
         meta = obj["metadata"]
         finalizers: list[str] = meta.get("finalizers") or []
         if names.ALLOCATION_FINALIZER not in finalizers:
             return
         index = finalizers.index(names.ALLOCATION_FINALIZER)
         path = f"/metadata/finalizers/{index}"
-        # The uid test keeps a stale cached copy from releasing a newer
-        # object of the same name.
-        guard = (
-            [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]}]
-            if meta.get("uid")
-            else []
-        )
         try:
             await call(
                 self.custom.patch_namespaced_custom_object,
@@ -92,7 +89,7 @@ class AgentApi:
                 names.ALLOCATION_PLURAL,
                 meta["name"],
                 [
-                    *guard,
+                    *uid_guard(meta),
                     {"op": "test", "path": path, "value": names.ALLOCATION_FINALIZER},
                     {"op": "remove", "path": path},
                 ],
