@@ -1,10 +1,16 @@
-"""Runs the plane's helm binary with its state kept inside the plane's workdir."""
+"""Runs the plane's helm binary with its state kept inside the plane's workdir,
+and renders the project's chart with it."""
 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from localplane import LocalPlane
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "vnpu-operator"
+RELEASE = "vnpu-operator"
+KUBE_VERSION = "1.34.0"
 
 
 def helm(plane: LocalPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -23,3 +29,14 @@ def helm(plane: LocalPlane, *args: str, check: bool = True) -> subprocess.Comple
     if check:
         assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stderr}"
     return proc
+
+
+def template(
+    plane: LocalPlane, *args: str, namespace: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`helm template` of the chart as release RELEASE for KUBE_VERSION."""
+    where = ("-n", namespace) if namespace else ()
+    return helm(
+        plane, "template", RELEASE, str(CHART), *where, "--kube-version", KUBE_VERSION, *args,
+        check=check,
+    )  # fmt: skip

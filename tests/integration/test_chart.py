@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_harness import helm
+from chart_harness import CHART, RELEASE, helm, template
 
 from localplane import LocalPlane, NodeSpec
 from vnpu_operator import names
@@ -35,28 +35,15 @@ from vnpu_operator.admission import (
 pytestmark = pytest.mark.plane
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "vnpu-operator"
-RELEASE = "vnpu-operator"
 NAMESPACE = "vnpu-system-chart"
 OPERATOR_SA = "vnpu-operator-operator"
 AGENT_SA = "vnpu-operator-agent"
 NODE_A, NODE_B = "chart-npu-a", "chart-npu-b"
-KUBE_VERSION = "1.34.0"
 SIM_VALUES = ("--set", "agent.driver=sim", "--set", "agent.simChips=910B3=2")
 
 
 def render(plane: LocalPlane, *args: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
-    out = helm(
-        plane,
-        "template",
-        RELEASE,
-        str(CHART),
-        "-n",
-        namespace,
-        "--kube-version",
-        KUBE_VERSION,
-        *args,
-    ).stdout
+    out = template(plane, *args, namespace=namespace).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
@@ -237,17 +224,7 @@ def test_webhook_configurations_match_what_the_operator_registers(plane: LocalPl
     ],
 )
 def test_values_schema_rejects_bad_values(plane: LocalPlane, setting: str, message: str) -> None:
-    proc = helm(
-        plane,
-        "template",
-        RELEASE,
-        str(CHART),
-        "--kube-version",
-        KUBE_VERSION,
-        "--set",
-        setting,
-        check=False,
-    )
+    proc = template(plane, "--set", setting, check=False)
     assert proc.returncode != 0
     assert "values don't meet the specifications of the schema" in proc.stderr
     assert message in proc.stderr, proc.stderr
@@ -259,17 +236,7 @@ def test_rendered_manifests_pass_server_side_validation(plane: LocalPlane, names
         ("--set", "agent.driver=npu-smi"),
         ("--set", "agent.driver=dcmi", "--set", "nodeScoping.enabled=false"),
     ):
-        out = helm(
-            plane,
-            "template",
-            RELEASE,
-            str(CHART),
-            "-n",
-            namespace,
-            "--kube-version",
-            KUBE_VERSION,
-            *values,
-        ).stdout
+        out = template(plane, *values, namespace=namespace).stdout
         proc = plane.kubectl(
             "apply", "--dry-run=server", "-f", "-", input=out, check=False, timeout=120
         )

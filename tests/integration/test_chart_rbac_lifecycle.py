@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from agent_harness import AGENT_NAMESPACE, AgentProcess, vnpu_ids, wait_for
-from chart_harness import helm
+from chart_harness import CHART, RELEASE, helm
 from operator_harness import (
     OperatorProcess,
     audit_since,
@@ -38,9 +38,6 @@ from vnpu_operator import names
 
 pytestmark = pytest.mark.plane
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "vnpu-operator"
-RELEASE = "vnpu-operator"
 # The chart's Lease Role lives in the release namespace: the agents' namespace.
 NAMESPACE = AGENT_NAMESPACE
 OPERATOR_SA = f"{RELEASE}-operator"
