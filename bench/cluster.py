@@ -18,23 +18,13 @@ from typing import Any
 from bench import ROOT
 from localplane import LocalPlane, NodeSpec
 from localplane.plane import free_port
+from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_operator import names
 
 AGENT_NAMESPACE = "vnpu-system"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CHIPS = {"910B3": 4, "310P3": 4}
-
-
-def wait_for(what: str, check: Any, timeout: float = 60, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise RuntimeError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 @dataclass

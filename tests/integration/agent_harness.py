@@ -8,9 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +16,11 @@ import yaml
 
 from localplane import LocalPlane
 from localplane.plane import free_port
+from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_operator import names
 
 AGENT_NAMESPACE = "vnpu-system"
-
-
-def wait_for(
-    what: str, check: Callable[[], Any], timeout: float = 30, interval: float = 0.2
-) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,10 +8,10 @@ uninstall last.
 
 from __future__ import annotations
 
+import functools
 import json
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -25,6 +25,7 @@ import yaml
 from chart_harness import CHART, RELEASE, helm, template
 
 from localplane import LocalPlane, NodeSpec
+from localplane.waiting import wait_for as shared_wait_for
 from vnpu_operator import names
 from vnpu_operator.admission import (
     ServiceRef,
@@ -114,15 +115,8 @@ def token(plane: LocalPlane, sa: str, *bound: str) -> Credential:
     return Credential(plane, out.stdout.strip())
 
 
-def wait_for(what: str, check: Any, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
+# Helm installs and DaemonSet rollouts take their time on a busy machine.
+wait_for = functools.partial(shared_wait_for, timeout=90, interval=0.5)
 
 
 def agent_pod(plane: LocalPlane, node: str) -> str:

@@ -4,15 +4,16 @@ as they do in a cluster, which is what the operator's tests rely on."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import yaml
 
 from localplane import LocalPlane, NodeSpec
+from localplane.waiting import wait_for
 from vnpu_operator import names
 
 pytestmark = pytest.mark.plane
@@ -49,15 +50,7 @@ def _pod(name: str, **spec_extra: Any) -> dict[str, Any]:
     }
 
 
-def _wait(
-    what: str, check: Callable[[], bool], timeout: float = 60, interval: float = 0.25
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+_wait = functools.partial(wait_for, timeout=60, interval=0.25)
 
 
 def _get(plane: LocalPlane, ns: str, kind: str, name: str) -> dict[str, Any] | None:
