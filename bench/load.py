@@ -19,6 +19,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_operator import names
+from vnpu_operator.rawcall import call, call_json
 
 BENCH_UA = "vnpu-bench/1"
 FLOOR_UA = "vnpu-floor/1"
@@ -106,8 +107,7 @@ class Tracker:
                 await self.task
 
     async def _list(self) -> str:
-        resp = await self.core.list_namespaced_pod(self.namespace, _preload_content=False)
-        data = json.loads(await resp.read())
+        data = await call_json(self.core.list_namespaced_pod, self.namespace)
         return str(data["metadata"]["resourceVersion"])
 
     async def _run(self) -> None:
@@ -189,10 +189,7 @@ class Driver:
         body = self.manifest(pod.name, pod.template, pod.count)
         try:
             async with self.limit:
-                resp = await self.core.create_namespaced_pod(
-                    self.namespace, body, _preload_content=False
-                )
-                data = json.loads(await resp.read())
+                data = await call_json(self.core.create_namespaced_pod, self.namespace, body)
             pod.created = time.monotonic()
             pod.uid = data["metadata"]["uid"]
         except ApiException as exc:
@@ -204,9 +201,7 @@ class Driver:
     async def delete(self, pod: PodTimes) -> None:
         try:
             async with self.limit:
-                await self.core.delete_namespaced_pod(
-                    pod.name, self.namespace, _preload_content=False
-                )
+                await call(self.core.delete_namespaced_pod, pod.name, self.namespace)
             pod.delete_called = time.monotonic()
         except ApiException as exc:
             self.errors.append(f"delete {pod.name}: {exc.status} {exc.reason}")
@@ -263,8 +258,8 @@ class FloorWriter:
         g, v, ns, plural = names.GROUP, names.VERSION, self.namespace, names.ALLOCATION_PLURAL
         allocs = [self._alloc(pod, i) for i in range(pod.count)]
         await asyncio.gather(*(
-            self._guard("create alloc", lambda a=a: self.custom.create_namespaced_custom_object(
-                g, v, ns, plural, a, _preload_content=False))
+            self._guard("create alloc", lambda a=a: call(
+                self.custom.create_namespaced_custom_object, g, v, ns, plural, a))
             for a in allocs
         ))  # fmt: skip
         patch_status = self.custom.patch_namespaced_custom_object_status
@@ -274,9 +269,9 @@ class FloorWriter:
                             "message": "vNPU created", "lastTransitionTime": _now()}],
         }}]  # fmt: skip
         await asyncio.gather(*(
-            self._guard("patch alloc status", lambda a=a: patch_status(
-                g, v, ns, plural, a["metadata"]["name"], status, _content_type=JSON_PATCH,
-                _preload_content=False))
+            self._guard("patch alloc status", lambda a=a: call(
+                patch_status, g, v, ns, plural, a["metadata"]["name"], status,
+                _content_type=JSON_PATCH))
             for a in allocs
         ))  # fmt: skip
         node = self.nodes[self.next % len(self.nodes)]
@@ -292,26 +287,34 @@ class FloorWriter:
                     {"matchFields": [{"key": "metadata.name", "operator": "In",
                                       "values": [node]}]}]}}}},
         ]  # fmt: skip
-        await self._guard("patch pod", lambda: self.core.patch_namespaced_pod(
-            pod.name, ns, ops, _content_type=JSON_PATCH, _preload_content=False))  # fmt: skip
+        await self._guard(
+            "patch pod",
+            lambda: call(
+                self.core.patch_namespaced_pod, pod.name, ns, ops, _content_type=JSON_PATCH
+            ),
+        )
 
     async def release(self, pod: PodTimes) -> None:
         g, v, ns, plural = names.GROUP, names.VERSION, self.namespace, names.ALLOCATION_PLURAL
         allocs = [f"{pod.name}-{i}" for i in range(pod.count)]
         await asyncio.gather(*(
-            self._guard("delete alloc", lambda a=a: self.custom.delete_namespaced_custom_object(
-                g, v, ns, plural, a, _preload_content=False))
+            self._guard("delete alloc", lambda a=a: call(
+                self.custom.delete_namespaced_custom_object, g, v, ns, plural, a))
             for a in allocs
         ))  # fmt: skip
         patch = self.custom.patch_namespaced_custom_object
         unfin = [{"op": "remove", "path": "/metadata/finalizers"}]
         await asyncio.gather(*(
-            self._guard("patch alloc finalizer", lambda a=a: patch(
-                g, v, ns, plural, a, unfin, _content_type=JSON_PATCH, _preload_content=False))
+            self._guard("patch alloc finalizer", lambda a=a: call(
+                patch, g, v, ns, plural, a, unfin, _content_type=JSON_PATCH))
             for a in allocs
         ))  # fmt: skip
-        await self._guard("patch pod finalizer", lambda: self.core.patch_namespaced_pod(
-            pod.name, ns, unfin, _content_type=JSON_PATCH, _preload_content=False))  # fmt: skip
+        await self._guard(
+            "patch pod finalizer",
+            lambda: call(
+                self.core.patch_namespaced_pod, pod.name, ns, unfin, _content_type=JSON_PATCH
+            ),
+        )
 
 
 def mix_pods(prefix: str, count: int, seed: int = 7) -> list[PodTimes]:
