@@ -7,10 +7,12 @@ import subprocess
 from pathlib import Path
 
 from localplane import LocalPlane
+from vnpu_operator import names
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "vnpu-operator"
 RELEASE = "vnpu-operator"
 KUBE_VERSION = "1.34.0"
+CRDS = (f"{names.ALLOCATION_PLURAL}.{names.GROUP}", f"{names.NODE_PLURAL}.{names.GROUP}")
 
 
 def helm(plane: LocalPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -40,3 +42,19 @@ def template(
         plane, "template", RELEASE, str(CHART), *where, "--kube-version", KUBE_VERSION, *args,
         check=check,
     )  # fmt: skip
+
+
+def adopt_crds(plane: LocalPlane, namespace: str) -> None:
+    """Hands CRDs applied with kubectl (the session plane), or kept by an
+    earlier release's uninstall, over to release RELEASE in `namespace`: the
+    adoption docs/HELM.md documents."""
+    for crd in CRDS:
+        plane.kubectl("label", "crd", crd, "app.kubernetes.io/managed-by=Helm", "--overwrite")
+        plane.kubectl(
+            "annotate",
+            "crd",
+            crd,
+            f"meta.helm.sh/release-name={RELEASE}",
+            f"meta.helm.sh/release-namespace={namespace}",
+            "--overwrite",
+        )

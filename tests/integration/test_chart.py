@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_harness import CHART, RELEASE, helm, template
+from chart_harness import CHART, RELEASE, adopt_crds, helm, template
 
 from localplane import LocalPlane, NodeSpec
 from localplane.waiting import wait_for as shared_wait_for
@@ -282,18 +282,7 @@ def release(plane: LocalPlane) -> Iterator[str]:
             for n in (NODE_A, NODE_B)
         ]
     )
-    # The session plane applied the CRDs with kubectl; hand them over to the release (the
-    # documented path for clusters that installed the CRDs before the chart).
-    for crd in (f"{names.ALLOCATION_PLURAL}.{names.GROUP}", f"{names.NODE_PLURAL}.{names.GROUP}"):
-        plane.kubectl("label", "crd", crd, "app.kubernetes.io/managed-by=Helm", "--overwrite")
-        plane.kubectl(
-            "annotate",
-            "crd",
-            crd,
-            f"meta.helm.sh/release-name={RELEASE}",
-            f"meta.helm.sh/release-namespace={NAMESPACE}",
-            "--overwrite",
-        )
+    adopt_crds(plane, NAMESPACE)
     helm(plane, "install", RELEASE, str(CHART), "-n", NAMESPACE, *SIM_VALUES)
     yield RELEASE
     helm(plane, "uninstall", RELEASE, "-n", NAMESPACE, check=False)

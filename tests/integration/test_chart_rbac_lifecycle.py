@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from agent_harness import AGENT_NAMESPACE, AgentProcess, vnpu_ids, wait_for
-from chart_harness import CHART, RELEASE, helm
+from chart_harness import CHART, RELEASE, adopt_crds, helm
 from operator_harness import (
     OperatorProcess,
     audit_since,
@@ -46,7 +46,6 @@ NODES = ("rb-a", "rb-b")
 TEMPLATE = "vir05_1c_16g"
 LARGE = "vir10_3c_32g"  # 2 per 910B3 chip: 4 per node at most
 WEBHOOK_KINDS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
-CRDS = (f"{names.ALLOCATION_PLURAL}.{names.GROUP}", f"{names.NODE_PLURAL}.{names.GROUP}")
 
 # Log lines start with the asctime of the logging format ("... 12:00:01,403 "), whose
 # milliseconds must not count as a status code.
@@ -133,18 +132,7 @@ def release(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iter
     workdir = Path(tmp_path_factory.mktemp("chart-rbac"))
     if plane.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
         plane.kubectl("create", "namespace", NAMESPACE)
-    # CRDs applied with kubectl (the session plane) or kept by another release's uninstall:
-    # handed over to this release, the documented adoption (docs/HELM.md).
-    for crd in CRDS:
-        plane.kubectl("label", "crd", crd, "app.kubernetes.io/managed-by=Helm", "--overwrite")
-        plane.kubectl(
-            "annotate",
-            "crd",
-            crd,
-            f"meta.helm.sh/release-name={RELEASE}",
-            f"meta.helm.sh/release-namespace={NAMESPACE}",
-            "--overwrite",
-        )
+    adopt_crds(plane, NAMESPACE)
     helm(plane, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--set", "agent.driver=sim")
     rel: Release | None = None
     try:
