@@ -9,6 +9,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/vnpu
 COPY pyproject.toml README.md ./
+COPY common/ common/
 COPY operator/ operator/
 COPY node_agent/ node_agent/
 RUN /opt/vnpu/bin/pip install --no-compile . \

@@ -69,11 +69,11 @@ bench-quick: $(STAMP) plane ## small benchmark (20 nodes, 200 pods); fails on a 
 
 .PHONY: cluster-up
 cluster-up: $(STAMP) plane ## start a local plane in .localplane/ and print KUBECONFIG
-	@PYTHONPATH=operator:node_agent:hack $(PY) -m localplane up --crds crds
+	@PYTHONPATH=common:operator:node_agent:hack $(PY) -m localplane up --crds crds
 
 .PHONY: cluster-down
 cluster-down: $(STAMP) ## stop the plane started by cluster-up
-	@PYTHONPATH=operator:node_agent:hack $(PY) -m localplane down
+	@PYTHONPATH=common:operator:node_agent:hack $(PY) -m localplane down
 
 .PHONY: clean
 clean: cluster-down ## remove local state (keeps the binary cache)
