@@ -7,15 +7,15 @@ from vnpu_operator.admission.configurations import (
 )
 from vnpu_operator.admission.mutation import mutate_pod
 from vnpu_operator.admission.offered import OfferedTemplates
-from vnpu_operator.admission.request import (
+from vnpu_operator.admission.validation import validate_pod
+from vnpu_operator.admission.webhook import create_app
+from vnpu_operator.annotations import (
     AdmissionError,
     AnnotationError,
     VNPURequest,
     parse_request,
     requests_vnpus,
 )
-from vnpu_operator.admission.validation import validate_pod
-from vnpu_operator.admission.webhook import create_app
 
 __all__ = [
     "AdmissionError",

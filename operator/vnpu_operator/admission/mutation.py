@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from vnpu_operator import names
-from vnpu_operator.admission.request import (
+from vnpu_operator.annotations import (
     AdmissionError,
     ContainerRef,
     parse_request,

@@ -7,7 +7,7 @@ from typing import Any
 
 from vnpu_operator import names
 from vnpu_operator.admission.offered import OfferedTemplates
-from vnpu_operator.admission.request import parse_annotations, quote, requests_vnpus
+from vnpu_operator.annotations import parse_annotations, quote, requests_vnpus
 
 
 def validate_pod(pod: Mapping[str, Any], offered: OfferedTemplates | None) -> list[str]:

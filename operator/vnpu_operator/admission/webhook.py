@@ -19,8 +19,8 @@ from aiohttp import web
 from vnpu_operator import names
 from vnpu_operator.admission.mutation import JsonPatchOp, mutate_pod
 from vnpu_operator.admission.offered import OfferedTemplates
-from vnpu_operator.admission.request import AdmissionError, requests_vnpus
 from vnpu_operator.admission.validation import validate_pod
+from vnpu_operator.annotations import AdmissionError, requests_vnpus
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import pytest
 
 from vnpu_operator import names
 from vnpu_operator.admission import AnnotationError, VNPURequest, parse_request
-from vnpu_operator.admission.request import parse_annotations, pod_containers
+from vnpu_operator.annotations import parse_annotations, pod_containers
 
 PodFactory = Callable[..., dict[str, Any]]
 
