@@ -31,11 +31,17 @@ import textwrap  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
-from agent_harness import AGENT_NAMESPACE, AgentProcess, vnpu_ids, wait_for  # noqa: E402
-from operator_harness import OperatorProcess, get_json  # noqa: E402
+from operator_harness import get_json  # noqa: E402
 
 from localplane import LocalPlane, NodeSpec  # noqa: E402
+from localplane.components import (  # noqa: E402
+    AGENT_NAMESPACE,
+    AgentProcess,
+    OperatorProcess,
+    vnpu_ids,
+)
 from localplane.plane import PlaneError  # noqa: E402
+from localplane.waiting import wait_for  # noqa: E402
 from vnpu_agent.drivers.base import ANY_VNPU_ID  # noqa: E402
 from vnpu_operator import names  # noqa: E402
 

@@ -1,51 +1,18 @@
-"""Runs `vnpu-operator` as a real process against the local plane, with its
-webhooks registered on a loopback URL, and helpers for pods that ask for vNPUs."""
+"""Helpers for tests of the operator: pods that ask for vNPUs, the audit
+log, and `Stack`, an agent and an operator run together
+(`localplane.components`)."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
-from agent_harness import AGENT_NAMESPACE, ServiceProcess, wait_for
-
 from localplane import LocalPlane
-from localplane.plane import free_port
+from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess
+from localplane.waiting import wait_for
 from vnpu_operator import names
-
-
-class OperatorProcess(ServiceProcess):
-    what = "operator"
-    kill_timeout = 30.0
-    tail_lines = 60
-
-    def __init__(self, plane: LocalPlane, workdir: Path, *, extra: list[str] | None = None) -> None:
-        super().__init__(plane, workdir, "operator.log")
-        self.extra = extra or []
-        self.webhook_port = free_port()
-
-    def start(self, *, wait_ready: bool = True) -> OperatorProcess:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        args = [
-            sys.executable, "-m", "vnpu_operator.main",
-            f"--kubeconfig={self.plane.kubeconfig}",
-            f"--agent-namespace={AGENT_NAMESPACE}",
-            "--metrics-host=127.0.0.1",
-            f"--metrics-port={self.port}",
-            "--webhook-host=127.0.0.1",
-            f"--webhook-port={self.webhook_port}",
-            f"--webhook-url=https://127.0.0.1:{self.webhook_port}",
-            "--retry-max-seconds=2",
-            "--log-level=DEBUG",
-            *self.extra,
-        ]  # fmt: skip
-        env = {**os.environ, **self.plane.env()}
-        self.launch(args, env, ready_timeout=60 if wait_ready else 0)
-        return self
 
 
 def vnpu_pod(
@@ -173,8 +140,6 @@ class Stack:
         agent_extra: list[str] | None = None,
         operator_extra: list[str] | None = None,
     ) -> None:
-        from agent_harness import AgentProcess
-
         self.plane = plane
         self.workdir = workdir
         self.specs = nodes

@@ -10,18 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_harness import (
-    AGENT_NAMESPACE,
-    AgentProcess,
-    allocation,
-    create,
-    get_alloc,
-    phase,
-    vnpu_ids,
-    wait_for,
-)
+from agent_harness import allocation, create, get_alloc, phase
 
 from localplane import LocalPlane, NodeSpec
+from localplane.components import AGENT_NAMESPACE, AgentProcess, vnpu_ids
+from localplane.waiting import wait_for
 from vnpu_operator import names
 
 pytestmark = pytest.mark.plane

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import wait_for
 from operator_harness import OUR_AGENTS, Stack, audit_since, component, get_json, vnpu_pod
 
 from localplane import LocalPlane, NodeSpec
+from localplane.waiting import wait_for
 from vnpu_operator import names
 
 OURS = OUR_AGENTS

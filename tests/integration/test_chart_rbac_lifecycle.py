@@ -21,10 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
-from agent_harness import AGENT_NAMESPACE, AgentProcess, vnpu_ids, wait_for
 from chart_harness import CHART, RELEASE, adopt_crds, helm
 from operator_harness import (
-    OperatorProcess,
     audit_since,
     get_json,
     pod_allocations,
@@ -34,6 +32,8 @@ from operator_harness import (
 )
 
 from localplane import LocalPlane, NodeSpec
+from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess, vnpu_ids
+from localplane.waiting import wait_for
 from vnpu_operator import names
 
 pytestmark = pytest.mark.plane

@@ -24,10 +24,11 @@ from typing import Any
 
 import pytest
 import yaml
-from agent_harness import AGENT_NAMESPACE, AgentProcess, wait_for
 from operator_harness import Stack, get_json, pod_allocations, vnpu_pod
 
 from localplane import LocalPlane, NodeSpec
+from localplane.components import AGENT_NAMESPACE, AgentProcess
+from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_operator import names
 

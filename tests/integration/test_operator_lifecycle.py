@@ -22,11 +22,12 @@ from typing import Any
 
 import pytest
 import yaml
-from agent_harness import vnpu_ids, wait_for
 from operator_harness import Stack, get_json, pod_allocations, vnpu_pod
 from prometheus_client.parser import text_string_to_metric_families
 
 from localplane import LocalPlane, NodeSpec
+from localplane.components import AgentProcess, vnpu_ids
+from localplane.waiting import wait_for
 from vnpu_agent.drivers.base import VNPU
 from vnpu_operator import names
 from vnpu_operator.admission.mutation import VISIBLE_DEVICES_FIELD_PATH
@@ -36,9 +37,9 @@ pytestmark = pytest.mark.plane
 TEMPLATE = "vir05_1c_16g"
 BIG_TEMPLATE = "vir10_3c_32g"
 RESERVED = "lc-reserved"
-# Agent timing of the harness (agent_harness.AgentProcess.start).
-GC_GRACE_SECONDS = 2.0
-RESYNC_SECONDS = 0.5
+# The agent's timing in the Stack.
+GC_GRACE_SECONDS = float(AgentProcess.QUICK["gc-grace-seconds"])
+RESYNC_SECONDS = float(AgentProcess.QUICK["resync-seconds"])
 
 
 def _reserved(node: str) -> NodeSpec:

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import vnpu_ids, wait_for
 from operator_harness import Stack, get_json, pod_allocations, vnpu_pod
 
 from localplane import LocalPlane, NodeSpec
+from localplane.components import vnpu_ids
+from localplane.waiting import wait_for
 from vnpu_operator import names
 
 
