@@ -6,23 +6,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import ROOT
 from localplane import LocalPlane, NodeSpec
-from localplane.plane import free_port
+from localplane.components import (
+    AGENT_NAMESPACE,
+    AgentProcess,
+    OperatorProcess,
+    ServiceProcess,
+    Settings,
+)
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_operator import names
 
-AGENT_NAMESPACE = "vnpu-system"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CHIPS = {"910B3": 4, "310P3": 4}
 
@@ -47,56 +47,24 @@ def proc_stats(pid: int) -> ProcStats:
     return ProcStats(cpu, kb.get("VmHWM", 0) / 1024, kb.get("VmRSS", 0) / 1024)
 
 
-class Proc:
-    """A python -m process of ours with a /readyz on its metrics port."""
+def stats(service: ServiceProcess) -> ProcStats:
+    assert service.proc is not None
+    return proc_stats(service.proc.pid)
 
-    def __init__(self, name: str, module: str, args: list[str], env: dict[str, str], log: Path):
-        self.name = name
-        self.port = free_port()
-        python = [sys.executable]
-        profile = os.environ.get("VNPU_BENCH_PROFILE_DIR")
-        if profile:
-            # cProfile writes its stats when the process stops (SIGTERM).
-            python += ["-m", "cProfile", "-o", str(Path(profile) / f"{name}.prof")]
-        self.args = [*python, "-m", module, *args, f"--metrics-port={self.port}"]
-        self.env = {
-            **env,
-            "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("operator", "node_agent")),
-        }
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 120) -> Proc:
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env
-            )
-        wait_for(f"{self.name} ready", self.ready, timeout=timeout)
-        return self
+def profile_dir() -> Path | None:
+    """Where the processes write cProfile stats (on SIGTERM), if asked for."""
+    where = os.environ.get("VNPU_BENCH_PROFILE_DIR")
+    return Path(where) if where else None
 
-    def ready(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
-            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{tail}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
 
-    def stats(self) -> ProcStats:
-        assert self.proc is not None
-        return proc_stats(self.proc.pid)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+# Production intervals where they shape the load; INFO logs, as deployed.
+AGENT_SETTINGS: Settings = {
+    "resync-seconds": 30,
+    "inventory-min-interval-seconds": 5,
+    "log-level": "INFO",
+}
+OPERATOR_SETTINGS: Settings = {"log-level": "INFO"}
 
 
 def node_names(count: int) -> list[str]:
@@ -109,9 +77,8 @@ class Cluster:
         self.plane = LocalPlane(workdir / "plane")
         self.nodes = node_names(nodes)
         self.agent_count = max(1, min(agents, nodes))
-        self.agents: list[Proc] = []
-        self.operator: Proc | None = None
-        self.webhook_port = free_port()
+        self.agents: list[AgentProcess] = []
+        self.operator: OperatorProcess | None = None
         self.agent_base: ProcStats | None = None
 
     @property
@@ -137,31 +104,22 @@ class Cluster:
                 *(f"node/{n}" for n in names_[i : i + 100]), timeout=150,
             )  # fmt: skip
 
-    def _agent(self, name: str, nodes: list[str], sub: str) -> Proc:
-        (self.workdir / "agent").mkdir(parents=True, exist_ok=True)
-        state = self.workdir / sub / "state"
-        args = [
-            f"--kubeconfig={self.plane.kubeconfig}",
-            f"--simulate-nodes={','.join(nodes)}",
-            f"--state-dir={state}",
-            f"--cdi-dir={self.workdir / sub / 'cdi'}",
-            f"--namespace={AGENT_NAMESPACE}",
-            "--metrics-host=127.0.0.1",
-            "--resync-seconds=30",
-            "--inventory-min-interval-seconds=5",
-            "--log-level=INFO",
-        ]
-        return Proc(name, "vnpu_agent.main", args, self.plane.env(), self.workdir / f"{name}.log")
+    def _agent(self, name: str, nodes: list[str], sub: str) -> AgentProcess:
+        """Agent `name` (log `<name>.log`) keeping its state under `sub`/."""
+        return AgentProcess(
+            self.plane, self.workdir / sub, nodes, settings=AGENT_SETTINGS, name=name,
+            log_path=self.workdir / f"{name}.log", profile_dir=profile_dir(),
+        )  # fmt: skip
 
     def measure_agent_base(self) -> ProcStats:
         """An agent serving one throwaway node: the base the per-node cost
         of the real agents is measured over."""
         node = "bn-base"
         self.add_nodes([node])
-        base = self._agent("agent-base", [node], "agent-base").start()
+        base = self._agent("agent-base", [node], "agent-base").start(ready_timeout=120)
         wait_for("base VNPUNode", lambda: self.get("vnpunode", node), timeout=60)
         time.sleep(3)
-        self.agent_base = base.stats()
+        self.agent_base = stats(base)
         base.stop()
         for args in (
             ("node", node),
@@ -176,7 +134,7 @@ class Cluster:
         shards = [self.nodes[i::n] for i in range(n)]
         self.agents = [self._agent(f"agent-{i}", shard, "agent") for i, shard in enumerate(shards)]
         for a in self.agents:
-            a.start(timeout=300)
+            a.start(ready_timeout=300)
         want = set(self.nodes)
         wait_for(
             "all VNPUNodes published",
@@ -186,19 +144,9 @@ class Cluster:
         )
 
     def start_operator(self) -> None:
-        args = [
-            f"--kubeconfig={self.plane.kubeconfig}",
-            f"--agent-namespace={AGENT_NAMESPACE}",
-            "--metrics-host=127.0.0.1",
-            "--webhook-host=127.0.0.1",
-            f"--webhook-port={self.webhook_port}",
-            f"--webhook-url=https://127.0.0.1:{self.webhook_port}",
-            "--log-level=INFO",
-        ]
-        self.operator = Proc(
-            "operator", "vnpu_operator.main", args, self.plane.env(),
-            self.workdir / "operator.log",
-        ).start(timeout=180)  # fmt: skip
+        self.operator = OperatorProcess(
+            self.plane, self.workdir, settings=OPERATOR_SETTINGS, profile_dir=profile_dir()
+        ).start(ready_timeout=180)
 
     def stop_operator(self) -> None:
         if self.operator is not None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import load, report
-from bench.cluster import Cluster, ProcStats, proc_stats
+from bench.cluster import Cluster, ProcStats, proc_stats, stats
 from vnpu_operator import names
 
 
@@ -87,7 +87,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
 
     # -- churn (ours)
     pods = load.mix_pods("c", args.pods)
-    cpu0 = {"operator": cluster.operator.stats() if cluster.operator else None}
+    cpu0 = {"operator": stats(cluster.operator) if cluster.operator else None}
     off0 = settle_audit(plane.audit_log)
     req0 = report.apiserver_requests(plane)
     say(f"churn: {args.pods} pods at {args.rate}/s, held {args.hold}s")
@@ -188,8 +188,8 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     correctness["idle_non_lease_writes"] = out["idle"]["non_lease_writes"]
 
     # -- process stats, then the floor with the operator stopped
-    op = cluster.operator.stats() if cluster.operator else ProcStats(0, 0, 0)
-    agents = [x.stats() for x in cluster.agents]
+    op = stats(cluster.operator) if cluster.operator else ProcStats(0, 0, 0)
+    agents = [stats(x) for x in cluster.agents]
     base = cluster.agent_base or ProcStats(0, 0, 0)
     op0 = cpu0["operator"]
     out["processes"] = {
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         out["startup"]["operator_ready_s"] = time.monotonic() - t
         if cluster.operator:
             # Synced with every node and no pod: what the peak RSS grows from.
-            out["startup"]["operator_rss_synced_mb"] = cluster.operator.stats().rss_mb
+            out["startup"]["operator_rss_synced_mb"] = stats(cluster.operator).rss_mb
         asyncio.run(phases(args, cluster, out))
     finally:
         cluster.stop()
