@@ -1,7 +1,8 @@
 """The vnpu.io pod annotations, read in one place.
 
-The webhook validates with this reading and the operator places with it, so a
-pod the webhook admitted cannot be read differently at placement time.
+The webhook validates with this reading, and the operator places and counts
+with it, so a pod the webhook admitted cannot be read differently later
+(tests/unit/test_annotation_contract.py holds the two to each other).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class ParsedAnnotations:
     chip_model: str | None = None
     containers: tuple[str, ...] | None = None
     problems: list[str] = field(default_factory=list)
+    # The annotation each problem is about, in the same order.
+    problem_keys: list[str] = field(default_factory=list)
 
 
 def quote(value: object) -> str:
@@ -111,31 +114,49 @@ def pod_containers(pod: Mapping[str, Any]) -> list[ContainerRef]:
     return refs
 
 
-def parse_annotations(pod: Mapping[str, Any]) -> ParsedAnnotations:
-    """Reads every vnpu.io annotation, collecting one message per malformed value."""
+def parse_annotations(
+    pod: Mapping[str, Any], *, match_containers: bool = True
+) -> ParsedAnnotations:
+    """Reads every vnpu.io annotation, collecting one message per malformed value.
+
+    `match_containers` False skips looking up the names of vnpu.io/containers
+    among the pod's containers, for a copy of an admitted pod that does not
+    keep them (the operator's cache): the webhook matched them at creation,
+    and a pod's containers never change.
+    """
     annotations = pod_annotations(pod)
-    problems: list[str] = []
+    found: list[tuple[str, str]] = []  # (annotation, problem)
 
     template = None
     if names.ANN_TEMPLATE in annotations:
-        template = _collect(_parse_template(annotations[names.ANN_TEMPLATE]), problems)
+        raw = annotations[names.ANN_TEMPLATE]
+        template = _collect(names.ANN_TEMPLATE, _parse_template(raw), found)
     else:
-        problems.append(f"pod has no {names.ANN_TEMPLATE} annotation")
+        found.append((names.ANN_TEMPLATE, f"pod has no {names.ANN_TEMPLATE} annotation"))
 
     count: int | None = COUNT_MIN
     if names.ANN_COUNT in annotations:
-        count = _collect(_parse_count(annotations[names.ANN_COUNT]), problems)
+        count = _collect(names.ANN_COUNT, _parse_count(annotations[names.ANN_COUNT]), found)
 
     chip_model = None
     if names.ANN_CHIP_MODEL in annotations:
-        chip_model = _collect(_parse_chip_model(annotations[names.ANN_CHIP_MODEL]), problems)
+        raw = annotations[names.ANN_CHIP_MODEL]
+        chip_model = _collect(names.ANN_CHIP_MODEL, _parse_chip_model(raw), found)
 
     containers = None
     if names.ANN_CONTAINERS in annotations:
         raw = annotations[names.ANN_CONTAINERS]
-        containers = _collect(_parse_containers(raw, pod_containers(pod)), problems)
+        present = pod_containers(pod) if match_containers else None
+        containers = _collect(names.ANN_CONTAINERS, _parse_containers(raw, present), found)
 
-    return ParsedAnnotations(template, count or COUNT_MIN, chip_model, containers, problems)
+    return ParsedAnnotations(
+        template,
+        count or COUNT_MIN,
+        chip_model,
+        containers,
+        problems=[problem for _, problem in found],
+        problem_keys=[key for key, _ in found],
+    )
 
 
 def parse_request(pod: Mapping[str, Any]) -> VNPURequest:
@@ -151,10 +172,29 @@ _T = TypeVar("_T")
 _Parsed: TypeAlias = tuple[_T | None, str | None]
 
 
-def _collect(result: _Parsed[_T], problems: list[str]) -> _T | None:
+def template_problem(value: object) -> str | None:
+    """What is wrong with `value` as a vnpu.io/template value, None if nothing;
+    for requests built in code rather than read from a pod."""
+    return _parse_template(value)[1]
+
+
+def count_problem(value: object) -> str | None:
+    """What is wrong with `value` as a number of vNPUs, in the words of the
+    vnpu.io/count annotation; None if nothing."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{names.ANN_COUNT} must be an integer, got {quote(value)}; {_COUNT_EXPECTED}"
+    return _parse_count(str(value))[1]
+
+
+def chip_model_problem(value: object) -> str | None:
+    """What is wrong with `value` as a vnpu.io/chip-model value, None if nothing."""
+    return _parse_chip_model(value)[1]
+
+
+def _collect(key: str, result: _Parsed[_T], found: list[tuple[str, str]]) -> _T | None:
     value, problem = result
     if problem is not None:
-        problems.append(problem)
+        found.append((key, problem))
     return value
 
 
@@ -225,7 +265,8 @@ def _parse_chip_model(raw: object) -> _Parsed[str]:
     return text, None
 
 
-def _parse_containers(raw: object, present: list[ContainerRef]) -> _Parsed[tuple[str, ...]]:
+def _parse_containers(raw: object, present: list[ContainerRef] | None) -> _Parsed[tuple[str, ...]]:
+    """`present` None: the pod's containers are not known, names are not looked up."""
     key = names.ANN_CONTAINERS
     if not isinstance(raw, str):
         return None, f"{key} must be a string, got {quote(raw)}"
@@ -239,6 +280,8 @@ def _parse_containers(raw: object, present: list[ContainerRef]) -> _Parsed[tuple
     if "" in entries:
         return None, f"{key} {quote(raw)} has an empty entry; separate container names by commas"
     wanted = tuple(dict.fromkeys(entries))  # a name listed twice means the same container
+    if present is None:
+        return wanted, None
     known = {ref.name for ref in present}
     missing = [name for name in wanted if name not in known]
     if missing:

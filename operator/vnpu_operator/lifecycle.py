@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from vnpu_operator import names
+from vnpu_operator.annotations import parse_annotations
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -111,13 +112,10 @@ def has_finalizer(pod: Mapping[str, Any]) -> bool:
 
 
 def requested_count(pod: Mapping[str, Any]) -> int:
-    """The count annotation, 1 when absent or unreadable (placement reports
-    a malformed one with its own message)."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.ANN_COUNT, "1")
-    try:
-        return max(int(str(raw).strip()), 1)
-    except ValueError:
-        return 1
+    """The count annotation as the webhook reads it, 1 when absent or
+    malformed (placement reports a malformed one with the webhook's message).
+    Cached pods have no containers to match vnpu.io/containers against."""
+    return parse_annotations(pod, match_containers=False).count
 
 
 def decide(

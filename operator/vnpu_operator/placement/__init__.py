@@ -5,6 +5,8 @@ Pure Python over an in-memory ledger; no Kubernetes client, no asyncio.
 
 from __future__ import annotations
 
+# The most vNPUs of one pod, under the name the controller knows it by.
+from vnpu_operator.annotations import COUNT_MAX as MAX_COUNT
 from vnpu_operator.placement.capacity import ChipCapacity
 from vnpu_operator.placement.errors import (
     AllocationConflictError,
@@ -23,17 +25,10 @@ from vnpu_operator.placement.model import (
     allocation_name,
 )
 from vnpu_operator.placement.reasons import NoFit, Reason
-from vnpu_operator.placement.request import (
-    MAX_COUNT,
-    MIN_COUNT,
-    PodRequest,
-    VNPURequest,
-    parse_annotations,
-)
+from vnpu_operator.placement.request import PodRequest
 
 __all__ = [
     "MAX_COUNT",
-    "MIN_COUNT",
     "Allocation",
     "AllocationConflictError",
     "ChipCapacity",
@@ -49,7 +44,5 @@ __all__ = [
     "Policy",
     "Reason",
     "Resources",
-    "VNPURequest",
     "allocation_name",
-    "parse_annotations",
 ]

@@ -13,10 +13,13 @@ class PlacementError(Exception):
 
 
 class InvalidRequestError(PlacementError, ValueError):
-    """A pod's vNPU request (annotations or scheduling directives) is malformed."""
+    """A pod's vNPU request (annotations or scheduling directives) is malformed.
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+    `named`: the message names the field already (the annotation parser's
+    messages, the webhook's words), so it is not prefixed with it again."""
+
+    def __init__(self, field: str, message: str, *, named: bool = False) -> None:
+        super().__init__(message if named else f"{field}: {message}")
         self.field = field
         self.reason = message
 

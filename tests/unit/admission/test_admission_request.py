@@ -1,4 +1,5 @@
-"""Parsing of the vnpu.io annotations: every malformed value has its own message."""
+"""Parsing of the vnpu.io annotations (vnpu_operator.annotations, read by the
+webhook and the operator alike): every malformed value has its own message."""
 
 from __future__ import annotations
 
@@ -8,8 +9,16 @@ from typing import Any
 import pytest
 
 from vnpu_operator import names
-from vnpu_operator.admission import AnnotationError, VNPURequest, parse_request
-from vnpu_operator.annotations import parse_annotations, pod_containers
+from vnpu_operator.annotations import (
+    AnnotationError,
+    VNPURequest,
+    chip_model_problem,
+    count_problem,
+    parse_annotations,
+    parse_request,
+    pod_containers,
+    template_problem,
+)
 
 PodFactory = Callable[..., dict[str, Any]]
 
@@ -147,6 +156,41 @@ def test_containers_rejections(make_pod: PodFactory, value: object, reason: str)
 def test_containers_may_name_init_containers_and_dedupe(make_pod: PodFactory) -> None:
     pod = make_pod({names.ANN_CONTAINERS: " init , app,init"}, ["app"], init_containers=["init"])
     assert parse_request(pod).containers == ("init", "app")
+
+
+def test_containers_unmatched_when_the_pod_copy_lacks_them(make_pod: PodFactory) -> None:
+    pod = make_pod({names.ANN_CONTAINERS: "ghost, app,ghost"})
+    assert parse_annotations(pod).problems
+    parsed = parse_annotations(pod, match_containers=False)
+    assert (parsed.containers, parsed.problems) == (("ghost", "app"), [])
+    # Every other check still applies.
+    pod = make_pod({names.ANN_CONTAINERS: "app,,x"})
+    (problem,) = parse_annotations(pod, match_containers=False).problems
+    assert "has an empty entry" in problem
+
+
+def test_problem_keys_name_the_annotation_of_each_problem(make_pod: PodFactory) -> None:
+    pod = make_pod({names.ANN_CHIP_MODEL: "", names.ANN_COUNT: "9"}, template="VIR05")
+    parsed = parse_annotations(pod)
+    assert parsed.problem_keys == [names.ANN_TEMPLATE, names.ANN_COUNT, names.ANN_CHIP_MODEL]
+    assert len(parsed.problems) == 3
+    assert parse_annotations(make_pod(template=None)).problem_keys == [names.ANN_TEMPLATE]
+
+
+def test_value_checks_word_problems_as_the_annotations_do(make_pod: PodFactory) -> None:
+    assert template_problem("vir01") is None
+    assert template_problem("VIR01") == parse_annotations(make_pod(template="VIR01")).problems[0]
+    assert chip_model_problem("910B3") is None
+    bad_model = parse_annotations(make_pod({names.ANN_CHIP_MODEL: "-9"})).problems[0]
+    assert chip_model_problem("-9") == bad_model
+    assert [count_problem(n) for n in (1, 8)] == [None, None]
+    for count in (0, 9, -1):
+        (expected,) = parse_annotations(make_pod({names.ANN_COUNT: str(count)})).problems
+        assert count_problem(count) == expected
+    assert count_problem(2.0) == (
+        "vnpu.io/count must be an integer, got 2.0; expected an integer from 1 to 8"
+    )
+    assert count_problem(True) is not None
 
 
 def test_containers_of_a_pod_without_containers(make_pod: PodFactory) -> None:

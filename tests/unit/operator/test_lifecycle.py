@@ -128,7 +128,11 @@ def test_allocation_deleted_under_a_running_pod_is_reported_once_ours_are_exclud
     assert step(running, [gone], released_by_us={"ns/p-x-0"}).kind is StepKind.NOTHING
 
 
-@pytest.mark.parametrize(("raw", "expected"), [(None, 1), ("3", 3), (" 2 ", 2), ("x", 1)])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    # As the webhook reads vnpu.io/count: what it refuses counts 1.
+    [(None, 1), ("3", 3), ("8", 8), (" 2 ", 1), ("x", 1), ("08", 1), ("9", 1), ("\uff12", 1)],
+)
 def test_requested_count(raw: str | None, expected: int) -> None:
     assert requested_count(pod(count=raw)) == expected
 

@@ -7,12 +7,8 @@ from typing import Any
 import pytest
 
 from vnpu_operator import names
-from vnpu_operator.placement import (
-    InvalidRequestError,
-    PodRequest,
-    VNPURequest,
-    parse_annotations,
-)
+from vnpu_operator.annotations import parse_annotations
+from vnpu_operator.placement import InvalidRequestError, PodRequest
 
 
 def pod(annotations: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
@@ -28,26 +24,59 @@ def pod(annotations: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any
 
 
 def test_annotations_with_defaults() -> None:
-    assert parse_annotations({names.ANN_TEMPLATE: "vir05_1c_16g"}) == VNPURequest(
-        template="vir05_1c_16g", count=1, chip_model=None, containers=None
+    req = PodRequest.from_pod(pod({names.ANN_TEMPLATE: "vir05_1c_16g"}))
+    assert (req.template, req.count, req.chip_model, req.containers) == (
+        "vir05_1c_16g",
+        1,
+        None,
+        None,
     )
 
 
 def test_annotations_all_set() -> None:
-    got = parse_annotations(
+    raw = pod(
         {
             names.ANN_TEMPLATE: "vir10_3c_32g",
             names.ANN_COUNT: "8",
             names.ANN_CHIP_MODEL: "910B3",
             names.ANN_CONTAINERS: "main, sidecar",
-        }
+        },
+        containers=[{"name": "main"}, {"name": "sidecar"}],
     )
-    assert got == VNPURequest("vir10_3c_32g", 8, "910B3", ("main", "sidecar"))
+    req = PodRequest.from_pod(raw)
+    assert (req.template, req.count, req.chip_model, req.containers) == (
+        "vir10_3c_32g",
+        8,
+        "910B3",
+        ("main", "sidecar"),
+    )
+
+
+def test_containers_listed_twice_or_spaced_read_as_the_webhook_admits_them() -> None:
+    raw = pod(
+        {names.ANN_TEMPLATE: "vir01", names.ANN_CONTAINERS: "init , main,init"},
+        initContainers=[{"name": "init"}],
+    )
+    assert PodRequest.from_pod(raw).containers == ("init", "main")
+
+
+def test_cached_copy_without_containers_reads_the_containers_annotation() -> None:
+    raw = pod({names.ANN_TEMPLATE: "vir01", names.ANN_CONTAINERS: "main,ghost"})
+    with pytest.raises(InvalidRequestError, match='names "ghost", not in this pod'):
+        PodRequest.from_pod(raw)
+    # The operator's cache drops the containers; the webhook matched the names.
+    del raw["spec"]["containers"]
+    assert PodRequest.from_pod(raw).containers == ("main", "ghost")
 
 
 @pytest.mark.parametrize("annotations", [None, {}, {"other": "x"}])
 def test_no_template_means_not_opted_in(annotations: dict[str, str] | None) -> None:
-    assert parse_annotations(annotations) is None
+    raw = pod()
+    raw["metadata"]["annotations"] = annotations
+    with pytest.raises(InvalidRequestError) as info:
+        PodRequest.from_pod(raw)
+    assert info.value.field == names.ANN_TEMPLATE
+    assert str(info.value) == "pod has no vnpu.io/template annotation"
 
 
 @pytest.mark.parametrize(
@@ -63,25 +92,37 @@ def test_no_template_means_not_opted_in(annotations: dict[str, str] | None) -> N
         (names.ANN_COUNT, "two"),
         (names.ANN_COUNT, " 2"),
         (names.ANN_COUNT, "1_0"),
+        (names.ANN_COUNT, "08"),
         (names.ANN_COUNT, ""),
         (names.ANN_CHIP_MODEL, ""),
         (names.ANN_CHIP_MODEL, "910 B3"),
         (names.ANN_CONTAINERS, "main,,side"),
         (names.ANN_CONTAINERS, "Main"),
-        (names.ANN_CONTAINERS, "main,main"),
+        (names.ANN_CONTAINERS, "ghost"),
     ],
 )
 def test_malformed_annotation_names_its_key(key: str, value: str) -> None:
     annotations = {names.ANN_TEMPLATE: "vir05_1c_16g", key: value}
     with pytest.raises(InvalidRequestError) as info:
-        parse_annotations(annotations)
+        PodRequest.from_pod(pod(annotations))
     assert info.value.field == key
     assert key in str(info.value)
 
 
+def test_malformed_annotations_carry_the_webhooks_messages() -> None:
+    annotations = {names.ANN_TEMPLATE: "VIR05", names.ANN_COUNT: "08"}
+    with pytest.raises(InvalidRequestError) as info:
+        PodRequest.from_pod(pod(annotations))
+    assert info.value.field == names.ANN_TEMPLATE
+    assert str(info.value).split("\n") == parse_annotations(pod(annotations)).problems
+    assert str(info.value).split("\n")[1] == (
+        'vnpu.io/count "08" has a leading zero; expected an integer from 1 to 8'
+    )
+
+
 def test_non_string_annotation_value_is_rejected() -> None:
     with pytest.raises(InvalidRequestError, match="must be a string"):
-        parse_annotations({names.ANN_TEMPLATE: "vir01", names.ANN_COUNT: 2})
+        PodRequest.from_pod(pod({names.ANN_TEMPLATE: "vir01", names.ANN_COUNT: 2}))
 
 
 def test_from_pod_reads_identity_annotations_and_directives() -> None:
@@ -113,12 +154,6 @@ def test_from_pod_without_affinity_has_no_terms() -> None:
     assert req.required_affinity is None
     assert req.affinity_terms is None
     assert req.tolerations == ()
-
-
-def test_from_pod_requires_the_template_annotation() -> None:
-    with pytest.raises(InvalidRequestError) as info:
-        PodRequest.from_pod(pod({}))
-    assert info.value.field == names.ANN_TEMPLATE
 
 
 @pytest.mark.parametrize(
@@ -176,3 +211,25 @@ def test_from_pod_rejects_non_objects(raw: Any) -> None:
 def test_constructor_checks_count(count: int) -> None:
     with pytest.raises(InvalidRequestError, match="out of range"):
         PodRequest(namespace="a", name="b", uid="c", template="vir01", count=count)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "message"),
+    [
+        ({"count": "2"}, names.ANN_COUNT, 'vnpu.io/count must be an integer, got "2"'),
+        ({"count": True}, names.ANN_COUNT, "vnpu.io/count must be an integer, got true"),
+        ({"template": "VIR01"}, names.ANN_TEMPLATE, 'vnpu.io/template "VIR01" is not a valid'),
+        (
+            {"chip_model": "910 B3"},
+            names.ANN_CHIP_MODEL,
+            'vnpu.io/chip-model "910 B3" is not a chip',
+        ),
+    ],
+)
+def test_constructor_checks_as_the_annotations_are(
+    kwargs: dict[str, Any], field: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        PodRequest(**{"namespace": "a", "name": "b", "uid": "c", "template": "vir01", **kwargs})
+    assert info.value.field == field
+    assert str(info.value).startswith(message)
