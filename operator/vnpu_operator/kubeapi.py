@@ -3,6 +3,8 @@
 Kept in one place so the API economy (writes per pod lifecycle) is easy to
 audit: create and delete allocations, the one pinning patch, the pod
 finalizer removal, the waiting condition, and Events a user should see.
+Every write that fails is counted here, by operation and HTTP status, in
+`vnpu_operator_api_errors_total`.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import Counter
 
 from vnpu_operator import names
 from vnpu_operator.placement import Allocation
@@ -25,6 +28,8 @@ log = logging.getLogger(__name__)
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 COMPONENT = "vnpu-operator"
+# Status label of a failed write that got no HTTP answer (refused, reset, timed out).
+NO_RESPONSE = "none"
 
 
 def _now() -> str:
@@ -70,45 +75,67 @@ def finalizer_removal(pod: Mapping[str, Any]) -> list[dict[str, Any]] | None:
 
 
 class OperatorApi:
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, errors: Counter) -> None:
+        """`errors`: the counter of failed writes, labelled (operation, status)."""
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.host = os.environ.get("HOSTNAME", "")
+        self._errors = errors
 
-    async def create_allocation(self, body: dict[str, Any]) -> bool:
-        """True if created, False if it already existed (a retried create)."""
+    async def _write(
+        self,
+        operation: str,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        done: tuple[int, ...] = (),
+        **kwargs: Any,
+    ) -> bool:
+        """One request: True if it succeeded, False if it answered a status in
+        `done` (an outcome that leaves nothing to do, such as NotFound for a
+        delete). Any other failure is counted and raised."""
         try:
-            await call(
-                self.custom.create_namespaced_custom_object,
-                names.GROUP,
-                names.VERSION,
-                body["metadata"]["namespace"],
-                names.ALLOCATION_PLURAL,
-                body,
-            )
+            await call(fn, *args, **kwargs)
         except ApiException as exc:
-            if exc.status == 409:
+            if exc.status in done:
                 return False
+            self._errors.labels(operation, str(exc.status)).inc()
+            raise
+        except Exception:
+            self._errors.labels(operation, NO_RESPONSE).inc()
             raise
         return True
 
+    async def create_allocation(self, body: dict[str, Any]) -> bool:
+        """True if created, False if it already existed (a retried create)."""
+        return await self._write(
+            "create_allocation",
+            self.custom.create_namespaced_custom_object,
+            names.GROUP,
+            names.VERSION,
+            body["metadata"]["namespace"],
+            names.ALLOCATION_PLURAL,
+            body,
+            done=(409,),
+        )
+
     async def delete_allocation(self, key: str) -> None:
         namespace, _, name = key.partition("/")
-        try:
-            await call(
-                self.custom.delete_namespaced_custom_object,
-                names.GROUP,
-                names.VERSION,
-                namespace,
-                names.ALLOCATION_PLURAL,
-                name,
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await self._write(
+            "delete_allocation",
+            self.custom.delete_namespaced_custom_object,
+            names.GROUP,
+            names.VERSION,
+            namespace,
+            names.ALLOCATION_PLURAL,
+            name,
+            done=(404,),
+        )
 
     async def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
-        await call(self.core.patch_namespaced_pod, name, namespace, ops, _content_type=JSON_PATCH)
+        await self._write(
+            "patch_pod", self.core.patch_namespaced_pod, name, namespace, ops,
+            _content_type=JSON_PATCH,
+        )  # fmt: skip
 
     async def remove_pod_finalizer(self, pod: Mapping[str, Any]) -> bool:
         """True once the finalizer is off (or the pod gone)."""
@@ -116,11 +143,10 @@ class OperatorApi:
         if ops is None:
             return True
         meta = pod["metadata"]
-        try:
-            await self.patch_pod(meta["namespace"], meta["name"], ops)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await self._write(
+            "patch_pod", self.core.patch_namespaced_pod, meta["name"], meta["namespace"], ops,
+            _content_type=JSON_PATCH, done=(404,),
+        )  # fmt: skip
         return True
 
     async def set_pod_condition(
@@ -134,17 +160,15 @@ class OperatorApi:
             "message": message,
             "lastTransitionTime": _now(),
         }
-        try:
-            await call(
-                self.core.patch_namespaced_pod_status,
-                meta["name"],
-                meta["namespace"],
-                {"status": {"conditions": [condition]}},
-                _content_type=STRATEGIC,
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await self._write(
+            "patch_pod_status",
+            self.core.patch_namespaced_pod_status,
+            meta["name"],
+            meta["namespace"],
+            {"status": {"conditions": [condition]}},
+            _content_type=STRATEGIC,
+            done=(404,),
+        )
 
     async def event(
         self,
@@ -182,8 +206,6 @@ class OperatorApi:
             "count": 1,
         }
         try:
-            await call(self.core.create_namespaced_event, namespace, body)
-        except ApiException as exc:
-            log.warning("event %s on %s/%s lost: %s", reason, namespace, meta.get("name"), exc)
+            await self._write("create_event", self.core.create_namespaced_event, namespace, body)
         except Exception as exc:
             log.warning("event %s on %s/%s lost: %s", reason, namespace, meta.get("name"), exc)

@@ -36,7 +36,7 @@ async def run(settings: OperatorSettings) -> None:
     api_client = client.ApiClient()
     api_client.user_agent = f"{names.USER_AGENT_OPERATOR}/{__version__}"
     metrics = OperatorMetrics()
-    controller = Controller(OperatorApi(api_client), settings, metrics)
+    controller = Controller(OperatorApi(api_client, metrics.api_errors), settings, metrics)
     runner = await serve_http(
         settings.metrics_host,
         settings.metrics_port,

@@ -56,10 +56,14 @@ class OperatorMetrics:
             ["node"],
             registry=self.registry,
         )
+        # Written by kubeapi.OperatorApi: a handful of operations times the
+        # statuses the API server answers, so the series stay few.
         self.api_errors = Counter(
             "vnpu_operator_api_errors_total",
-            "Failed API requests of the reconcile loop, by step.",
-            ["step"],
+            "Operator API writes that failed, by operation and HTTP status "
+            "(none: no answer). AlreadyExists on create, and NotFound where a gone "
+            "object leaves nothing to do (delete, finalizer, condition), are not failures.",
+            ["operation", "status"],
             registry=self.registry,
         )
 

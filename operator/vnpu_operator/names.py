@@ -66,7 +66,6 @@ PHASE_PENDING: Final = "Pending"
 PHASE_READY: Final = "Ready"
 PHASE_RELEASING: Final = "Releasing"
 PHASE_FAILED: Final = "Failed"
-PHASES: Final = (PHASE_PENDING, PHASE_READY, PHASE_RELEASING, PHASE_FAILED)
 
 # Liveness of an agent: a Lease per node in the agent's namespace.
 LEASE_PREFIX: Final = "vnpu-agent-"

@@ -1,16 +1,19 @@
 """The ledger: allocations and node inventories, and placement over them.
 
-`place` decides and books in one call under one lock, so two placements can
-never take the same capacity or vNPU id. The ledger holds declarations
-only; it can be rebuilt from the API objects after a restart and then books
-exactly what the old one would have.
+`place` decides and books in one synchronous call. The operator runs every
+reconcile on one asyncio event loop and no ledger method awaits, so nothing
+else can touch the ledger between a decision and its booking: two placements
+never take the same capacity or vNPU id. That, not a lock, is the guarantee,
+so the ledger must only ever be called from that loop's thread.
+
+The ledger holds declarations only; it can be rebuilt from the API objects
+after a restart and then books exactly what the old one would have.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import threading
 from collections.abc import Collection, Iterable
 from dataclasses import replace
 
@@ -44,12 +47,14 @@ log = logging.getLogger(__name__)
 
 class Ledger:
     def __init__(self) -> None:
-        self._lock = threading.RLock()
         self._nodes: dict[str, NodeInventory] = {}
         self._allocs: dict[str, Allocation] = {}
         self._by_pod: dict[str, set[str]] = {}
         self._by_node: dict[str, set[str]] = {}
         self._catalog: dict[tuple[str, str], TemplateResources] = {}
+        # Moves whenever the set of offered (chip model, template) pairs may
+        # have changed; most inventory updates change capacity, not the offer.
+        self.catalog_epoch = 0
         # node -> (template, chip model, count, policy) -> what _fit_node said.
         # A node's answer only changes when the node does (inventory,
         # liveness, an allocation on it) or the catalog does, so a stream of
@@ -71,41 +76,36 @@ class Ledger:
     # ---------------------------------------------------------------- nodes
 
     def upsert_node(self, inventory: NodeInventory) -> None:
-        with self._lock:
-            old = self._nodes.get(inventory.name)
-            self._nodes[inventory.name] = inventory
-            self._fits.pop(inventory.name, None)
-            if old is None or _offer(old) != _offer(inventory):
-                self._rebuild_catalog()
+        old = self._nodes.get(inventory.name)
+        self._nodes[inventory.name] = inventory
+        self._fits.pop(inventory.name, None)
+        if old is None or _offer(old) != _offer(inventory):
+            self._rebuild_catalog()
 
     def remove_node(self, name: str) -> NodeInventory | None:
         """Forgets the inventory; allocations on the node stay booked until
         their objects are gone."""
-        with self._lock:
-            removed = self._nodes.pop(name, None)
-            self._fits.pop(name, None)
-            if removed is not None:
-                self._rebuild_catalog()
-            return removed
+        removed = self._nodes.pop(name, None)
+        self._fits.pop(name, None)
+        if removed is not None:
+            self._rebuild_catalog()
+        return removed
 
     def set_live(self, name: str, live: bool) -> bool:
         """Lease changes arrive apart from inventories; True if known."""
-        with self._lock:
-            inventory = self._nodes.get(name)
-            if inventory is None:
-                return False
-            if inventory.live != live:
-                self._nodes[name] = replace(inventory, live=live)
-                self._fits.pop(name, None)
-            return True
+        inventory = self._nodes.get(name)
+        if inventory is None:
+            return False
+        if inventory.live != live:
+            self._nodes[name] = replace(inventory, live=live)
+            self._fits.pop(name, None)
+        return True
 
     def node(self, name: str) -> NodeInventory | None:
-        with self._lock:
-            return self._nodes.get(name)
+        return self._nodes.get(name)
 
     def node_names(self) -> list[str]:
-        with self._lock:
-            return sorted(self._nodes)
+        return sorted(self._nodes)
 
     def _rebuild_catalog(self) -> None:
         # Rebuilt from scratch so a restarted ledger sees the same catalog.
@@ -116,53 +116,60 @@ class Ledger:
                     catalog.setdefault((chip.model, template.name), template)
         self._catalog = catalog
         self._fits.clear()
+        self.catalog_epoch += 1
+
+    def offered(self) -> dict[str, frozenset[str]]:
+        """Chip model -> the template names some node offers for it: what
+        the admission webhook checks requests against. It changes only when
+        `catalog_epoch` moves, so callers can keep what they built from it."""
+        offered: dict[str, set[str]] = {}
+        for model, template in self._catalog:
+            offered.setdefault(model, set()).add(template)
+        return {model: frozenset(templates) for model, templates in offered.items()}
 
     # ---------------------------------------------------------- allocations
 
     def add_allocation(self, allocation: Allocation) -> bool:
         """Records an allocation; True if the ledger changed. The same data
         twice is a no-op, other data under the same key replaces it."""
-        with self._lock:
-            old = self._allocs.get(allocation.key)
-            if old == allocation:
-                return False
-            if old is not None:
-                self._unindex(old)
-            clash = [
-                k
-                for k in self._by_node.get(allocation.node, set())
-                if self._allocs[k].vnpu_id == allocation.vnpu_id
-            ]
-            if clash:
-                # Declared objects are the truth: record it anyway (its
-                # capacity counts twice, so nothing more is placed there).
-                log.warning(
-                    "allocation %s reuses vNPU id %d on node %s, also held by %s",
-                    allocation.key,
-                    allocation.vnpu_id,
-                    allocation.node,
-                    ", ".join(sorted(clash)),
-                )
-            self._allocs[allocation.key] = allocation
-            self._fits.pop(allocation.node, None)
-            self._by_pod.setdefault(allocation.pod_uid, set()).add(allocation.key)
-            self._by_node.setdefault(allocation.node, set()).add(allocation.key)
-            return True
+        old = self._allocs.get(allocation.key)
+        if old == allocation:
+            return False
+        if old is not None:
+            self._unindex(old)
+        clash = [
+            k
+            for k in self._by_node.get(allocation.node, set())
+            if self._allocs[k].vnpu_id == allocation.vnpu_id
+        ]
+        if clash:
+            # Declared objects are the truth: record it anyway (its
+            # capacity counts twice, so nothing more is placed there).
+            log.warning(
+                "allocation %s reuses vNPU id %d on node %s, also held by %s",
+                allocation.key,
+                allocation.vnpu_id,
+                allocation.node,
+                ", ".join(sorted(clash)),
+            )
+        self._allocs[allocation.key] = allocation
+        self._fits.pop(allocation.node, None)
+        self._by_pod.setdefault(allocation.pod_uid, set()).add(allocation.key)
+        self._by_node.setdefault(allocation.node, set()).add(allocation.key)
+        return True
 
     def remove_allocation(self, key: str) -> Allocation | None:
         """Call once the object is gone (its vNPU destroyed), not when it is
         merely marked for deletion: until then the id must stay taken."""
-        with self._lock:
-            old = self._allocs.pop(key, None)
-            if old is not None:
-                self._unindex(old)
-            return old
+        old = self._allocs.pop(key, None)
+        if old is not None:
+            self._unindex(old)
+        return old
 
     def release(self, pod_uid: str) -> tuple[Allocation, ...]:
         """Drops every allocation of a pod; returns what was dropped."""
-        with self._lock:
-            keys = sorted(self._by_pod.get(pod_uid, ()))
-            return tuple(a for a in (self.remove_allocation(k) for k in keys) if a is not None)
+        keys = sorted(self._by_pod.get(pod_uid, ()))
+        return tuple(a for a in (self.remove_allocation(k) for k in keys) if a is not None)
 
     def _unindex(self, alloc: Allocation) -> None:
         self._fits.pop(alloc.node, None)
@@ -174,20 +181,16 @@ class Ledger:
                     del index[bucket]
 
     def allocation(self, key: str) -> Allocation | None:
-        with self._lock:
-            return self._allocs.get(key)
+        return self._allocs.get(key)
 
     def allocations(self) -> list[Allocation]:
-        with self._lock:
-            return [self._allocs[k] for k in sorted(self._allocs)]
+        return [self._allocs[k] for k in sorted(self._allocs)]
 
     def allocations_for(self, pod_uid: str) -> list[Allocation]:
-        with self._lock:
-            return [self._allocs[k] for k in sorted(self._by_pod.get(pod_uid, ()))]
+        return [self._allocs[k] for k in sorted(self._by_pod.get(pod_uid, ()))]
 
     def allocations_on(self, node: str) -> list[Allocation]:
-        with self._lock:
-            return [self._allocs[k] for k in sorted(self._by_node.get(node, ()))]
+        return [self._allocs[k] for k in sorted(self._by_node.get(node, ()))]
 
     # ------------------------------------------------------------- capacity
 
@@ -197,16 +200,15 @@ class Ledger:
 
     def capacity(self, node: str | None = None) -> list[ChipCapacity]:
         """Per-chip total/used/free, for metrics; one node or all."""
-        with self._lock:
-            names = [node] if node is not None else sorted(self._nodes)
-            out: list[ChipCapacity] = []
-            for name in names:
-                inventory = self._nodes.get(name)
-                if inventory is None:
-                    continue
-                state = self._state(inventory)
-                out.extend(ChipCapacity.of(name, state.chips[i]) for i in sorted(state.chips))
-            return out
+        names = [node] if node is not None else sorted(self._nodes)
+        out: list[ChipCapacity] = []
+        for name in names:
+            inventory = self._nodes.get(name)
+            if inventory is None:
+                continue
+            state = self._state(inventory)
+            out.extend(ChipCapacity.of(name, state.chips[i]) for i in sorted(state.chips))
+        return out
 
     # ------------------------------------------------------------ placement
 
@@ -222,54 +224,53 @@ class Ledger:
         returns them (completing a partial booking on the same node).
         Nodes in `avoid` (where this pod's vNPUs failed) are not chosen; new
         allocation names count from `first_index`."""
-        with self._lock:
-            existing = self.allocations_for(request.uid)
-            if existing:
-                nodes = {a.node for a in existing}
-                if (
-                    len(nodes) > 1
-                    or len(existing) > request.count
-                    or any(a.template != request.template for a in existing)
-                ):
-                    raise AllocationConflictError(
-                        f"pod {request.key} ({request.uid}) already holds "
-                        f"{', '.join(a.key for a in existing)}, which do not match "
-                        f"{request.count} x {request.template} on one node"
-                    )
-                if len(existing) == request.count:
-                    return Placement(node=existing[0].node, allocations=tuple(existing))
-                candidates = [existing[0].node]
-            else:
-                candidates = sorted(self._nodes)
+        existing = self.allocations_for(request.uid)
+        if existing:
+            nodes = {a.node for a in existing}
+            if (
+                len(nodes) > 1
+                or len(existing) > request.count
+                or any(a.template != request.template for a in existing)
+            ):
+                raise AllocationConflictError(
+                    f"pod {request.key} ({request.uid}) already holds "
+                    f"{', '.join(a.key for a in existing)}, which do not match "
+                    f"{request.count} x {request.template} on one node"
+                )
+            if len(existing) == request.count:
+                return Placement(node=existing[0].node, allocations=tuple(existing))
+            candidates = [existing[0].node]
+        else:
+            candidates = sorted(self._nodes)
 
-            need = request.count - len(existing)
-            reasons: dict[str, Reason] = {}
-            best: tuple[float, str, list[tuple[int, int]]] | None = None
-            for name in candidates:
-                inventory = self._nodes.get(name)
-                if inventory is None:
-                    reasons[name] = Reason.NODE_NOT_LIVE
-                    continue
-                if name in avoid:
-                    reasons[name] = Reason.FAILED_BEFORE
-                    continue
-                blocked = _node_filter(inventory, request)
-                if blocked is not None:
-                    reasons[name] = blocked
-                    continue
-                outcome = self._fit(inventory, request, need, policy)
-                if isinstance(outcome, Reason):
-                    reasons[name] = outcome
-                    continue
-                slots, score = outcome
-                # Binpack prefers the fullest node after booking, spread the
-                # emptiest; the name breaks ties so results are reproducible.
-                rank = -score if policy is Policy.BINPACK else score
-                if best is None or (rank, name) < (best[0], best[1]):
-                    best = (rank, name, slots)
-            if best is None:
-                return NoFit(template=request.template, count=request.count, node_reasons=reasons)
-            return self._book(request, best[1], best[2], first_index)
+        need = request.count - len(existing)
+        reasons: dict[str, Reason] = {}
+        best: tuple[float, str, list[tuple[int, int]]] | None = None
+        for name in candidates:
+            inventory = self._nodes.get(name)
+            if inventory is None:
+                reasons[name] = Reason.NODE_NOT_LIVE
+                continue
+            if name in avoid:
+                reasons[name] = Reason.FAILED_BEFORE
+                continue
+            blocked = _node_filter(inventory, request)
+            if blocked is not None:
+                reasons[name] = blocked
+                continue
+            outcome = self._fit(inventory, request, need, policy)
+            if isinstance(outcome, Reason):
+                reasons[name] = outcome
+                continue
+            slots, score = outcome
+            # Binpack prefers the fullest node after booking, spread the
+            # emptiest; the name breaks ties so results are reproducible.
+            rank = -score if policy is Policy.BINPACK else score
+            if best is None or (rank, name) < (best[0], best[1]):
+                best = (rank, name, slots)
+        if best is None:
+            return NoFit(template=request.template, count=request.count, node_reasons=reasons)
+        return self._book(request, best[1], best[2], first_index)
 
     def _fit(
         self, inventory: NodeInventory, request: PodRequest, need: int, policy: Policy
