@@ -24,7 +24,7 @@ AGENT_NAMESPACE = "vnpu-system"
 
 # The child processes import our packages from the source tree, not from
 # whatever the interpreter has installed.
-SOURCE_ROOTS = ("operator", "node_agent")
+SOURCE_ROOTS = ("common", "operator", "node_agent")
 
 Settings = Mapping[str, str | int | float]
 
