@@ -20,14 +20,15 @@ _MAX_DOUBLINGS = 30
 @dataclass(frozen=True)
 class Backoff:
     """`delay(n)` for the n-th consecutive failure: base * 2**(n-1), at most
-    `cap`, then scaled by a random factor in [1 - jitter, 1]."""
+    `cap` (which may be below `base`: a tight retry ceiling wins), then scaled
+    by a random factor in [1 - jitter, 1]."""
 
     base: float = 0.25
     cap: float = 30.0
     jitter: float = 0.2
 
     def __post_init__(self) -> None:
-        if self.base <= 0 or self.cap < self.base or not 0 <= self.jitter < 1:
+        if self.base <= 0 or self.cap <= 0 or not 0 <= self.jitter < 1:
             raise ValueError(f"invalid backoff {self}")
 
     def delay(self, failures: int, rand: Callable[[], float] = random.random) -> float:

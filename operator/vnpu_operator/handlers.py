@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -28,21 +27,10 @@ from vnpu_operator import names
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
 from vnpu_operator.leases import LeasePoller
+from vnpu_operator.slim import slim_object
 
 log = logging.getLogger(__name__)
 
-Raw = dict[str, Any]
-
-
-def _raw(body: Mapping[str, Any]) -> Raw:
-    # A shallow snapshot: Kopf swaps the body's underlying dict on the next
-    # event, the nested dicts we keep stay as they were. managedFields, which
-    # nothing here reads, is not kept.
-    raw = {k: body[k] for k in body}
-    meta = raw.get("metadata")
-    if isinstance(meta, Mapping) and "managedFields" in meta:
-        raw["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
-    return raw
 
 
 class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -119,35 +107,35 @@ def register(
         names.GROUP, names.VERSION, names.ALLOCATION_PLURAL, when=listing, registry=registry
     )
     async def allocations_index(body: kopf.Body, **_: Any) -> None:
-        controller.allocation_seen(_raw(body))
+        controller.allocation_seen(slim_object(body))
 
     @kopf.on.event(names.GROUP, names.VERSION, names.ALLOCATION_PLURAL, registry=registry)
     async def allocation_event(event: kopf.RawEvent, **_: Any) -> None:
         if deleted(event):
-            controller.allocation_gone(_raw(event["object"]))
+            controller.allocation_gone(slim_object(event["object"]))
         else:
-            controller.allocation_seen(_raw(event["object"]))
+            controller.allocation_seen(slim_object(event["object"]))
 
     # ------------------------------------------------------ inventories
     @kopf.index(names.GROUP, names.VERSION, names.NODE_PLURAL, when=listing, registry=registry)
     async def vnpunodes_index(body: kopf.Body, **_: Any) -> None:
-        controller.vnpunode_event(None, _raw(body))
+        controller.inventories.vnpunode_event(None, slim_object(body))
 
     @kopf.on.event(names.GROUP, names.VERSION, names.NODE_PLURAL, registry=registry)
     async def vnpunode_event(event: kopf.RawEvent, **_: Any) -> None:
         kind = "DELETED" if deleted(event) else None
-        controller.vnpunode_event(kind, _raw(event["object"]))
+        controller.inventories.vnpunode_event(kind, slim_object(event["object"]))
 
     # The controller keeps its own slim copies of Nodes and pods (labels and
     # taints; the fields it reads), so these get Kopf's body as it is.
     @kopf.index("", "v1", "nodes", when=listing, registry=registry)
     async def nodes_index(body: kopf.Body, **_: Any) -> None:
-        controller.node_event(None, body)
+        controller.inventories.node_event(None, body)
 
     @kopf.on.event("", "v1", "nodes", registry=registry)
     async def node_event(event: kopf.RawEvent, **_: Any) -> None:
         kind = "DELETED" if deleted(event) else None
-        controller.node_event(kind, event["object"])
+        controller.inventories.node_event(kind, event["object"])
 
     # ------------------------------------------------------ pods
     # Indexed too: an allocation whose pod is not in the cache is released,

@@ -1,4 +1,5 @@
-"""Agent Leases, read by polling rather than watched.
+"""Agent Leases: read by polling rather than watched, and turned into
+whether each node's agent is live.
 
 Every agent renews its node's Lease a few times per Lease duration; at 200
 nodes that is about 15 watch events a second, each going through Kopf's
@@ -15,11 +16,15 @@ renewal read could run out.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from kubernetes_asyncio import client
 
+from vnpu_common.backoff import Backoff
 from vnpu_operator import names
 from vnpu_operator.rawcall import call_json
 
@@ -30,6 +35,92 @@ Raw = dict[str, Any]
 
 class LeaseSink(Protocol):
     def lease_event(self, event_type: str | None, obj: Raw) -> None: ...
+
+
+def parse_time(value: Any) -> float | None:
+    """Epoch seconds of a Kubernetes timestamp (Time or MicroTime)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class LeaseLiveness:
+    """Which nodes' agents are live: an agent is live until its Lease's
+    renewTime + leaseDurationSeconds + grace. `changed(node)` is called when
+    that answer flips: on a renewal read after an expiry, on a Lease that
+    appears or goes, and by a timer at the moment a Lease runs out (no
+    renewal may ever arrive to tell)."""
+
+    def __init__(
+        self,
+        namespace: str,
+        grace_seconds: float,
+        changed: Callable[[str], None],
+        *,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.namespace = namespace
+        self.grace = grace_seconds
+        self.changed = changed
+        self.wall = wall
+        self.expiry: dict[str, float] = {}
+        self._reported: dict[str, bool] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    def live(self, node: str) -> bool:
+        return self.expiry.get(node, 0.0) > self.wall()
+
+    def lease_event(self, event_type: str | None, obj: Raw) -> None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if meta.get("namespace") != self.namespace or not name.startswith(names.LEASE_PREFIX):
+            return
+        node = name[len(names.LEASE_PREFIX) :]
+        spec = obj.get("spec") or {}
+        renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
+        duration = spec.get("leaseDurationSeconds") or 0
+        if event_type == "DELETED" or renewed is None or not isinstance(duration, int):
+            self.expiry.pop(node, None)
+            self._cancel_timer(node)
+        else:
+            expiry = renewed + duration + self.grace
+            self.expiry[node] = expiry
+            self._arm_timer(node, expiry)
+        self._report(node)
+
+    def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    def _report(self, node: str) -> None:
+        # A renewal that leaves the node as live as it was changes nothing
+        # placement reads; at hundreds of nodes these are most Lease reads.
+        now = self.live(node)
+        if self._reported.get(node) != now:
+            self._reported[node] = now
+            self.changed(node)
+
+    def _cancel_timer(self, node: str) -> None:
+        old = self._timers.pop(node, None)
+        if old is not None:
+            old.cancel()
+
+    def _arm_timer(self, node: str, expiry: float) -> None:
+        self._cancel_timer(node)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        delay = max(expiry - self.wall(), 0) + 0.1
+        self._timers[node] = loop.call_later(delay, self._expired, node)
+
+    def _expired(self, node: str) -> None:
+        self._timers.pop(node, None)
+        self._report(node)
 
 
 class LeasePoller:
@@ -52,6 +143,7 @@ class LeasePoller:
         self.polls = 0
         self.errors = 0
         self._failures = 0
+        self._backoff = Backoff(cap=retry_max)
         self._shortest: float | None = None
 
     @property
@@ -97,9 +189,8 @@ class LeasePoller:
             except Exception as exc:
                 self.errors += 1
                 self._failures += 1
-                backoff = min(self.retry_max, 2 ** min(self._failures, 6) * 0.25)
-                log.warning("listing agent Leases failed (retry in %.1fs): %s", backoff, exc)
-                delay = backoff
+                delay = self._backoff.delay(self._failures)
+                log.warning("listing agent Leases failed (retry in %.1fs): %s", delay, exc)
                 continue
             self._failures = 0
             delay = self.interval

@@ -73,27 +73,6 @@ class Step:
     node: str = ""
 
 
-# What the operator reads of a pod's spec: placement (selector, affinity,
-# tolerations), pinning (gates, affinity) and the lifecycle (gates).
-POD_SPEC_READ = ("schedulingGates", "nodeSelector", "affinity", "tolerations", "nodeName")
-
-
-def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a pod the operator reads, as it keeps it in its cache.
-    Containers, their statuses and managedFields are most of a pod object;
-    at 2000 pods they were most of the operator's memory."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    return {
-        "apiVersion": pod.get("apiVersion", "v1"),
-        "kind": pod.get("kind", "Pod"),
-        "metadata": {k: v for k, v in meta.items() if k != "managedFields"},
-        "spec": {k: spec[k] for k in POD_SPEC_READ if k in spec},
-        "status": {"phase": status["phase"]} if "phase" in status else {},
-    }
-
-
 def is_gated(pod: Mapping[str, Any]) -> bool:
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     return any(g.get("name") == names.SCHEDULING_GATE for g in gates)
@@ -125,12 +104,17 @@ def decide(
     attempts: int,
     max_attempts: int,
     released_by_us: Collection[str] = (),
+    vanished: Collection[str] = (),
+    lost_told: Collection[str] = (),
 ) -> Step:
     """The next step for `pod`, given all allocation objects that name it.
 
     `attempts` counts placements whose vNPUs failed; `released_by_us` holds
     the keys of allocations this operator deleted, to tell a release we asked
-    for from one somebody else did.
+    for from one somebody else did. `vanished` holds keys of the pod's
+    allocations that are gone without the operator deleting them (the
+    deletion may have passed before any reconcile saw it terminating), and
+    `lost_told` those whose loss the pod has been told of already.
     """
     live = tuple(a.key for a in allocs if not a.deleting)
     if is_deleting(pod) or is_terminal(pod):
@@ -144,7 +128,13 @@ def decide(
 
     if not is_gated(pod):
         # Started (or never gated): its vNPUs are fixed for its lifetime.
-        lost = tuple(a.key for a in allocs if a.deleting and a.key not in released_by_us)
+        lost = tuple(
+            sorted(
+                {a.key for a in allocs if a.deleting and a.key not in released_by_us}.union(
+                    vanished
+                ).difference(lost_told)
+            )
+        )
         if lost:
             return Step(StepKind.LOST, lost)
         return Step(StepKind.NOTHING)

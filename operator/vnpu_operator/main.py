@@ -52,7 +52,7 @@ async def run(settings: OperatorSettings) -> None:
     leases = LeasePoller(
         client.CoordinationV1Api(api_client),
         settings.agent_namespace,
-        controller,
+        controller.inventories.leases,
         interval=settings.lease_poll_seconds,
         retry_max=settings.retry_max_seconds,
     )

@@ -67,6 +67,49 @@ PHASE_READY: Final = "Ready"
 PHASE_RELEASING: Final = "Releasing"
 PHASE_FAILED: Final = "Failed"
 
+# Event and condition reasons, as `kubectl describe` shows them. The README's
+# lists are checked against these tuples.
+# On pods, by the operator (Events, and the vnpu.io/Allocated condition):
+REASON_VNPUS_READY: Final = "VNPUsReady"
+REASON_WAITING: Final = "WaitingForCapacity"
+REASON_INVALID_REQUEST: Final = "InvalidRequest"
+REASON_PLACEMENT_CONFLICT: Final = "PlacementConflict"
+REASON_PINNING_FAILED: Final = "PinningFailed"
+REASON_ALLOCATION_FAILED: Final = "AllocationFailed"
+REASON_NODE_NOT_LIVE: Final = "NodeNotLive"
+REASON_RELEASED_EXTERNALLY: Final = "VNPUReleasedExternally"
+REASON_VNPUS_RELEASED: Final = "VNPUsReleased"
+REASON_ALLOCATED: Final = "Allocated"  # the condition once the pod is pinned
+POD_EVENT_REASONS: Final = (
+    REASON_VNPUS_READY,
+    REASON_WAITING,
+    REASON_INVALID_REQUEST,
+    REASON_PLACEMENT_CONFLICT,
+    REASON_PINNING_FAILED,
+    REASON_ALLOCATION_FAILED,
+    REASON_NODE_NOT_LIVE,
+    REASON_RELEASED_EXTERNALLY,
+    REASON_VNPUS_RELEASED,
+)
+# On allocations, by the agent (Events and the Ready/Healthy conditions);
+# driver failures add the reason of their error class (DriverError.reason).
+REASON_CREATED: Final = "Created"
+REASON_ADOPTED: Final = "Adopted"
+REASON_RECREATED: Final = "Recreated"
+REASON_MISMATCH: Final = "VNPUMismatch"
+REASON_CHIP_HEALTHY: Final = "ChipHealthy"
+REASON_CHIP_UNHEALTHY: Final = "ChipUnhealthy"
+REASON_DESTROY_DEFERRED: Final = "DestroyDeferred"
+ALLOCATION_EVENT_REASONS: Final = (
+    REASON_RECREATED,
+    REASON_MISMATCH,
+    REASON_CHIP_HEALTHY,
+    REASON_CHIP_UNHEALTHY,
+    REASON_DESTROY_DEFERRED,
+)
+# On VNPUNode status, by the agent: the Ready condition when the driver answers.
+REASON_DRIVER_READY: Final = "DriverReady"
+
 # Liveness of an agent: a Lease per node in the agent's namespace.
 LEASE_PREFIX: Final = "vnpu-agent-"
 

@@ -15,13 +15,17 @@ def test_jitter_only_shortens_and_stays_within_its_fraction() -> None:
     assert b.delay(50, rand=lambda: 0.5) == 7.0  # huge failure counts stay capped
 
 
+def test_a_cap_below_the_base_is_the_ceiling() -> None:
+    assert Backoff(base=0.25, cap=0.01, jitter=0.0).delay(1) == 0.01
+
+
 def test_zero_or_negative_failures_count_as_the_first() -> None:
     b = Backoff(base=0.25, cap=1.0, jitter=0.0)
     assert b.delay(0) == b.delay(-3) == b.delay(1) == 0.25
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"base": 0}, {"base": 2.0, "cap": 1.0}, {"jitter": 1.0}, {"jitter": -0.1}]
+    "kwargs", [{"base": 0}, {"cap": 0}, {"jitter": 1.0}, {"jitter": -0.1}]
 )
 def test_rejects_nonsense(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="invalid backoff"):

@@ -16,12 +16,15 @@ from kubernetes_asyncio.client.exceptions import ApiException
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "placement"))
 from placement_helpers import chip
 
+from localplane.pods import vnpu_pod
 from vnpu_operator import names
 from vnpu_operator.api.models import VNPUNodeStatus
 from vnpu_operator.config import OperatorSettings
-from vnpu_operator.controller import Controller, parse_time
+from vnpu_operator.controller import Controller
 from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.leases import parse_time
 from vnpu_operator.metrics import OperatorMetrics
+from vnpu_operator.podstate import Write
 
 NOW = 1_800_000_000.0
 
@@ -98,23 +101,12 @@ def pod(
     count: int = 1,
     selector: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": uid,
-            "annotations": {names.ANN_TEMPLATE: template, names.ANN_COUNT: str(count)},
-            "finalizers": [names.POD_FINALIZER],
-        },
-        "spec": {
-            "containers": [{"name": "c"}],
-            "schedulingGates": [{"name": names.SCHEDULING_GATE}],
-            "nodeSelector": selector or {},
-        },
-        "status": {"phase": "Pending"},
-    }
+    """A pod as the webhook admitted it: gated, with our finalizer."""
+    return vnpu_pod(
+        name, "ns", uid=uid, template=template, count=count, containers=["c"],
+        node_selector=selector or {}, finalizers=[names.POD_FINALIZER],
+        scheduling_gates=[names.SCHEDULING_GATE], phase="Pending",
+    )  # fmt: skip
 
 
 class World:
@@ -132,9 +124,9 @@ class World:
 
     def add_node(self, name: str, model: str = "910B3", chips: int = 1, **labels: str) -> None:
         c = self.controller
-        c.node_event(None, node_obj(name, **labels))
-        c.lease_event(None, lease(name, self.now))
-        c.vnpunode_event(None, vnpu_node(name, model, chips))
+        c.inventories.node_event(None, node_obj(name, **labels))
+        c.inventories.leases.lease_event(None, lease(name, self.now))
+        c.inventories.vnpunode_event(None, vnpu_node(name, model, chips))
 
     async def settle(self) -> None:
         await self.controller.idle()
@@ -217,7 +209,7 @@ async def test_full_lifecycle_writes() -> None:
     w.controller.pod_event("DELETED", done)
     await w.settle()
     assert w.api.of("remove_pod_finalizer") == ["p"]
-    assert "u1" not in w.controller.finished
+    assert not w.controller.expect.pending(Write.UNFINALIZE, "u1")
 
 
 async def test_no_fit_tells_the_pod_once_and_retries_when_capacity_frees() -> None:
@@ -229,7 +221,7 @@ async def test_no_fit_tells_the_pod_once_and_retries_when_capacity_frees() -> No
     w.echo_created()
     w.controller.pod_event("ADDED", pod("late", "u2"))
     await w.settle()
-    assert w.controller.waiting.keys() == {"u2"}
+    assert w.controller.waiting() == ["u2"]
     conditions = w.api.of("set_pod_condition")
     assert conditions == [("False", "WaitingForCapacity", conditions[0][2])]
     assert "insufficient AICore" in conditions[0][2]
@@ -249,7 +241,7 @@ async def test_no_fit_tells_the_pod_once_and_retries_when_capacity_frees() -> No
         w.controller.allocation_gone(body)
     await w.settle()
     assert w.created()[-1]["spec"]["podUID"] == "u2"
-    assert not w.controller.waiting
+    assert not w.controller.waiting()
 
 
 async def test_failed_allocation_is_placed_elsewhere_then_given_up() -> None:
@@ -292,9 +284,9 @@ async def test_expired_lease_stops_placements_but_keeps_allocations() -> None:
     w.echo_created(names.PHASE_READY)
     await w.settle()
     w.now += 60
-    w.controller.lease_event("MODIFIED", lease("n1", NOW))  # re-read: now stale
+    w.controller.inventories.leases.lease_event("MODIFIED", lease("n1", NOW))  # re-read: now stale
     await w.settle()
-    assert w.controller.live == {"n1": False}
+    assert w.controller.inventories.live() == {"n1": False}
     assert "NodeNotLive" in [r for r, _ in w.api.of("event")]
     assert w.api.of("delete_allocation") == []
 
@@ -302,9 +294,9 @@ async def test_expired_lease_stops_placements_but_keeps_allocations() -> None:
     await w.settle()
     assert "node agent not live" in w.api.of("set_pod_condition")[-1][2]
 
-    w.controller.lease_event("MODIFIED", lease("n1", w.now))
+    w.controller.inventories.leases.lease_event("MODIFIED", lease("n1", w.now))
     await w.settle()
-    assert w.controller.live == {"n1": True}
+    assert w.controller.inventories.live() == {"n1": True}
     assert w.created()[-1]["spec"]["podUID"] == "u2"
 
 
@@ -429,7 +421,7 @@ async def test_alike_waiting_pods_cost_one_placement_per_capacity_change(
     await w.settle()
     assert len(w.created()) == 2  # the first pod fills the chip
     assert len(calls) == 2  # the first placement and one NoFit for the four alike
-    assert len(w.controller.waiting) == 4
+    assert len(w.controller.waiting()) == 4
 
     w.controller.pod_event("DELETED", pod("big0", "u0"))
     await w.settle()
@@ -437,7 +429,7 @@ async def test_alike_waiting_pods_cost_one_placement_per_capacity_change(
     for body in w.created():
         w.controller.allocation_gone(body)
     await w.settle()
-    assert len(w.controller.waiting) == 3
+    assert len(w.controller.waiting()) == 3
     assert w.created()[-1]["spec"]["podUID"] == "u1"
 
 

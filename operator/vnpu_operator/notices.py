@@ -1,0 +1,103 @@
+"""What pods are told, and when: Events and the vnpu.io/Allocated condition.
+
+A pod hears each thing once: the condition is rewritten only when its
+message changes, an Event is posted only when its reason (or what it is
+about) changes, so a pod waiting through changing capacity is not
+re-announced for every count that moves. The memory of what was said is the
+pod's `PodState`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from vnpu_operator import names
+from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.podstate import PodState
+
+Raw = dict[str, Any]
+
+
+class Notices:
+    def __init__(self, api: OperatorApi) -> None:
+        self.api = api
+
+    async def tell(
+        self,
+        pod: Raw,
+        state: PodState,
+        reason: str,
+        message: str,
+        *,
+        condition: bool = False,
+        warning: bool = False,
+        event_key: str | None = None,
+    ) -> None:
+        """Why the pod is not running yet (a condition if `condition`) and an
+        Event; `event_key` names what the Event is about when the message
+        carries counts that change."""
+        event_id = f"{reason}/{event_key or message}"
+        if condition and state.condition != message:
+            await self.api.set_pod_condition(pod, "False", reason, message)
+            state.condition = message
+        if state.announced != event_id:
+            await self.api.event(pod, reason=reason, message=message, warning=warning)
+            state.announced = event_id
+
+    async def ready(
+        self, pod: Raw, state: PodState, ids: Sequence[int], templates: Sequence[str], node: str
+    ) -> None:
+        devices = ",".join(str(i) for i in ids)
+        if state.told:
+            # Only a pod that was told why it waits needs the condition turned.
+            await self.api.set_pod_condition(
+                pod, "True", names.REASON_ALLOCATED, f"vNPU {devices} on node {node}"
+            )
+            state.announced = state.condition = ""
+        await self.api.event(
+            pod,
+            reason=names.REASON_VNPUS_READY,
+            message=f"vNPU {devices} ({', '.join(templates)}) ready on node {node}; "
+            "pod pinned there and ungated",
+        )
+
+    async def placement_failed(self, pod: Raw, node: str, why: str, attempts_left: int) -> None:
+        then = (
+            f"placing elsewhere ({attempts_left} attempt(s) left)"
+            if attempts_left > 0
+            else "no attempts left"
+        )
+        await self.api.event(
+            pod,
+            reason=names.REASON_ALLOCATION_FAILED,
+            warning=True,
+            message=f"vNPU on node {node} failed: {why}; {then}",
+        )
+
+    async def lost(self, pod: Raw, key: str, what: str) -> None:
+        await self.api.event(
+            pod,
+            reason=names.REASON_RELEASED_EXTERNALLY,
+            warning=True,
+            message=f"allocation {key} ({what}) was deleted while the pod runs; the vNPU "
+            "is destroyed and the pod keeps no device there",
+        )
+
+    async def node_not_live(self, pod: Raw, node: str, why: str) -> None:
+        await self.api.event(
+            pod,
+            reason=names.REASON_NODE_NOT_LIVE,
+            warning=True,
+            message=f"node {node} is not live ({why}); its vNPUs are kept and "
+            "released once the agent is back",
+        )
+
+    async def released(self, pod: Raw) -> None:
+        """Only for a pod that ended and stays visible: for a deleted pod the
+        Event would describe an object about to vanish."""
+        await self.api.event(
+            pod,
+            reason=names.REASON_VNPUS_RELEASED,
+            message=f"pod is {pod.get('status', {}).get('phase')}; its vNPUs are destroyed",
+        )

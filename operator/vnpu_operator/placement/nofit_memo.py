@@ -1,0 +1,61 @@
+"""Waiting pods that ask alike cost one placement per capacity change.
+
+Bookings only ever shrink free capacity, so a request that did not fit still
+does not until capacity grows: hundreds of alike waiting pods retried after
+each release would otherwise each run a placement over every node.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from vnpu_operator.placement.ledger import Ledger
+from vnpu_operator.placement.model import Placement, Policy
+from vnpu_operator.placement.reasons import NoFit
+from vnpu_operator.placement.request import PodRequest
+
+
+def _signature(request: PodRequest, avoid: frozenset[str]) -> tuple[Any, ...]:
+    """What placement reads of a request, minus who asks."""
+    return (
+        request.template,
+        request.count,
+        request.chip_model,
+        json.dumps(dict(request.node_selector), sort_keys=True),
+        json.dumps(request.required_affinity, sort_keys=True),
+        json.dumps(list(request.tolerations), sort_keys=True),
+        avoid,
+    )
+
+
+class NoFitMemo:
+    def __init__(self) -> None:
+        self._nofits: dict[tuple[Any, ...], NoFit] = {}
+
+    def capacity_grew(self) -> None:
+        """Something freed capacity or added a node: every answer is stale."""
+        self._nofits.clear()
+
+    def place(
+        self,
+        ledger: Ledger,
+        request: PodRequest,
+        policy: Policy,
+        *,
+        avoid: frozenset[str],
+        first_index: int,
+    ) -> Placement | NoFit:
+        """`ledger.place`, answered from memory for a request like one that
+        did not fit since the last growth. A pod holding part of its booking
+        is always placed afresh: its own bookings change what fits."""
+        signature = None
+        if not ledger.allocations_for(request.uid):
+            signature = _signature(request, avoid)
+            cached = self._nofits.get(signature)
+            if cached is not None:
+                return cached
+        result = ledger.place(request, policy, avoid=avoid, first_index=first_index)
+        if signature is not None and isinstance(result, NoFit):
+            self._nofits[signature] = result
+        return result

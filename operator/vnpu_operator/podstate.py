@@ -1,0 +1,76 @@
+"""What the operator remembers about a pod between reconciles, in one record,
+and the writes it has sent whose effect its caches have not shown yet.
+
+Everything else the operator knows is in the objects themselves (the pod,
+its allocations, the ledger built from them), so a restarted operator that
+starts with empty records behaves correctly: at worst it repeats an Event or
+measures a latency from a later start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+@dataclass
+class PodState:
+    """One pod's memory, dropped when the pod and its allocations are gone."""
+
+    # When the operator first saw the pod: allocation latency starts here.
+    seen_at: float
+    # When it started to wait for capacity (None: not waiting); waiting pods
+    # are retried oldest first when capacity grows.
+    waiting_since: float | None = None
+    # Placements whose vNPUs failed, and the nodes where they did.
+    attempts: int = 0
+    avoid: set[str] = field(default_factory=set)
+    # The last Event said (reason and what it was about) and the message of
+    # the condition last set, so a pod is not re-told the same thing.
+    announced: str = ""
+    condition: str = ""
+    # When the pod was deleted or ended: release latency starts here.
+    releasing_since: float | None = None
+    # Allocations of the pod that disappeared without the operator deleting
+    # them (key -> the vNPU it held, for the message), and those whose loss
+    # the pod has been told of.
+    vanished: dict[str, str] = field(default_factory=dict)
+    lost_told: set[str] = field(default_factory=set)
+
+    @property
+    def told(self) -> bool:
+        return bool(self.announced or self.condition)
+
+
+class Write(Enum):
+    """Writes whose effect the watch has yet to deliver (what Kubernetes'
+    own controllers call expectations). Until it arrives the cache is stale
+    in a known way, and acting on it again would repeat the write."""
+
+    # An allocation created; keyed by allocation key.
+    CREATE = "create"
+    # An allocation deleted by the operator: a release it asked for, not a
+    # loss; kept until the object is gone. Keyed by allocation key.
+    DELETE = "delete"
+    # A pod's pin patch (which also ungates it); keyed by pod UID.
+    UNGATE = "ungate"
+    # A pod's finalizer removal; keyed by pod UID.
+    UNFINALIZE = "unfinalize"
+
+
+class Expectations:
+    def __init__(self) -> None:
+        self._sent: dict[Write, set[str]] = {write: set() for write in Write}
+
+    def sent(self, write: Write, key: str) -> None:
+        self._sent[write].add(key)
+
+    def pending(self, write: Write, key: str) -> bool:
+        return key in self._sent[write]
+
+    def seen(self, write: Write, key: str) -> None:
+        """The cache now shows the write's effect (or it no longer matters)."""
+        self._sent[write].discard(key)
+
+    def keys(self, write: Write) -> frozenset[str]:
+        return frozenset(self._sent[write])

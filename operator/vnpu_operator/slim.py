@@ -1,0 +1,54 @@
+"""The copies of API objects the operator keeps: only what it reads.
+
+Every cache entry is made here, so what the operator reads of an object and
+what it keeps cannot drift apart. Containers, statuses and managedFields
+are most of a pod object; at 2000 pods they were most of the operator's
+memory. A Node's status churns with heartbeats and is never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+Raw = dict[str, Any]
+
+# What the operator reads of a pod's spec: placement (selector, affinity,
+# tolerations), pinning (gates, affinity) and the lifecycle (gates).
+POD_SPEC_READ = ("schedulingGates", "nodeSelector", "affinity", "tolerations", "nodeName")
+
+
+def _metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    return {k: v for k, v in meta.items() if k != "managedFields"}
+
+
+def slim_pod(pod: Mapping[str, Any]) -> Raw:
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": pod.get("kind", "Pod"),
+        "metadata": _metadata(pod),
+        "spec": {k: spec[k] for k in POD_SPEC_READ if k in spec},
+        "status": {"phase": status["phase"]} if "phase" in status else {},
+    }
+
+
+def slim_node(node: Mapping[str, Any]) -> Raw:
+    """Labels and taints: what placement and pinning read of a Node."""
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    return {
+        "metadata": {"name": str(meta.get("name", "")), "labels": dict(meta.get("labels") or {})},
+        "spec": {"taints": list(spec.get("taints") or [])},
+    }
+
+
+def slim_object(body: Mapping[str, Any]) -> Raw:
+    """Our own kinds (allocations, VNPUNodes), kept whole but for
+    managedFields. A shallow copy: Kopf swaps the body's underlying dict on
+    the next event while the nested dicts kept here stay as they were."""
+    raw = {k: body[k] for k in body}
+    if "managedFields" in (raw.get("metadata") or {}):
+        raw["metadata"] = _metadata(raw)
+    return raw
