@@ -18,11 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from vnpu_agent import cdi
@@ -45,6 +45,8 @@ from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.owned import OwnedIds
 from vnpu_agent.watcher import key_of
+from vnpu_common.backoff import Backoff
+from vnpu_common.workqueue import RetryLater, WorkQueue
 from vnpu_operator import names
 from vnpu_operator.api.models import (
     Condition,
@@ -86,9 +88,17 @@ class NodeAgent:
         self.templates: dict[int, list[TemplateSpec]] = {}
         self.owned = OwnedIds(settings.state_dir / node / "owned.json")
         self.gc = OrphanTracker(settings.gc_grace_seconds, settings.foreign_vnpu_policy)
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
-        self._attempts: dict[str, int] = {}
+        # One worker: the node's driver takes one call at a time anyway. A
+        # key's consecutive failures (queue.failures) count create attempts
+        # and say whether a Failed status is final or a retry is pending.
+        self.queue = WorkQueue(
+            self.reconcile,
+            name=f"allocation@{node}",
+            backoff=Backoff(base=1.0, cap=settings.retry_max_seconds),
+            workers=1,
+            expected=(ApiException,),
+        )
+        self._started = False
         self._deferred_noted: set[str] = set()
         self._driver_lock = asyncio.Lock()
         self._last_status: dict[str, Any] | None = None
@@ -105,47 +115,27 @@ class NodeAgent:
         key = key_of(obj)
         if kind == "DELETED":
             self.allocs.pop(key, None)
-            self._attempts.pop(key, None)
+            self.queue.forget(key)
             self._deferred_noted.discard(key)
             self._mark_dirty()
             return
         self.allocs[key] = obj
-        self._enqueue(key)
-
-    def _enqueue(self, key: str) -> None:
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
-
-    def _retry_later(self, key: str, attempt: int) -> None:
-        delay = min(self.settings.retry_max_seconds, 0.5 * 2**attempt) * random.uniform(0.8, 1.2)
-        asyncio.get_running_loop().call_later(delay, self._enqueue, key)
+        if self._started:
+            self.queue.add(key)
 
     async def run(self) -> None:
         await self.refresh_driver()
-        self._tasks = [
-            asyncio.create_task(self._worker(), name=f"worker-{self.node}"),
-            asyncio.create_task(self._resync_loop(), name=f"resync-{self.node}"),
-        ]
+        # Allocations seen before the driver was read wait until now.
+        self._started = True
+        for key in list(self.allocs):
+            self.queue.add(key)
+        self._tasks = [asyncio.create_task(self._resync_loop(), name=f"resync-{self.node}")]
         try:
             await asyncio.gather(*self._tasks)
         finally:
             for task in self._tasks:
                 task.cancel()
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            try:
-                await self.reconcile(key)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("reconcile of %s on %s failed; retrying", key, self.node)
-                attempt = self._attempts.get(key, 0) + 1
-                self._attempts[key] = attempt
-                self._retry_later(key, attempt)
+            self.queue.close()
 
     async def _resync_loop(self) -> None:
         while True:
@@ -233,7 +223,7 @@ class NodeAgent:
     async def _ensure(self, obj: dict[str, Any], alloc: VNPUAllocation) -> None:
         key = key_of(obj)
         spec, status = alloc.spec, alloc.status
-        if status.phase == names.PHASE_FAILED and key not in self._attempts:
+        if status.phase == names.PHASE_FAILED and not self.queue.failures(key):
             return  # a final verdict on an immutable spec; the operator re-places
         existing = self.vnpus.get(spec.vnpu_id)
         if existing is not None and (existing.template, existing.chip) != (
@@ -272,7 +262,6 @@ class NodeAgent:
                     node=self.node,
                     message=f"vNPU {spec.vnpu_id} was missing on {self.node}; recreated",
                 )
-        self._attempts.pop(key, None)
         cdi.write(self.settings.cdi_dir, self.node, spec.vnpu_id, spec.template)
         await self._write_ready(obj, alloc, reason)
 
@@ -293,14 +282,11 @@ class NodeAgent:
             # create that failed mid-way): adopt it or report the mismatch.
             await self._ensure(obj, alloc)
             return
-        transient = type(exc) is DriverFailure
-        attempt = self._attempts.get(key, 0) + 1
-        if transient and attempt < MAX_CREATE_ATTEMPTS:
-            self._attempts[key] = attempt
-            self._retry_later(key, attempt)
-        else:
-            self._attempts.pop(key, None)
-        await self._fail(obj, alloc, exc.reason, f"creating vNPU {spec.vnpu_id} failed: {exc}")
+        msg = f"creating vNPU {spec.vnpu_id} failed: {exc}"
+        await self._fail(obj, alloc, exc.reason, msg)
+        attempt = self.queue.failures(key) + 1
+        if type(exc) is DriverFailure and attempt < MAX_CREATE_ATTEMPTS:
+            raise RetryLater(f"{msg} (attempt {attempt} of {MAX_CREATE_ATTEMPTS})")
 
     async def _fail(
         self, obj: dict[str, Any], alloc: VNPUAllocation, reason: str, msg: str
@@ -395,11 +381,8 @@ class NodeAgent:
             except NotFoundError:
                 pass
             except DriverError as exc:
-                attempt = self._attempts.get(key, 0) + 1
-                self._attempts[key] = attempt
-                self._retry_later(key, attempt)
                 await self._note_deferred(obj, alloc, exc)
-                return
+                raise RetryLater(f"destroying vNPU {spec.vnpu_id} deferred: {exc}") from exc
             self.vnpus.pop(spec.vnpu_id, None)
             self._mark_dirty()
         self.owned.discard(spec.vnpu_id)
@@ -407,7 +390,6 @@ class NodeAgent:
         cdi.remove(self.settings.cdi_dir, self.node, spec.vnpu_id)
         await failpoint("before-finalizer")
         await self.api.remove_finalizer(obj)
-        self._attempts.pop(key, None)
         self._deferred_noted.discard(key)
         self.metrics.released(self.node)
 
@@ -466,7 +448,7 @@ class NodeAgent:
             missing = spec.get("vnpuId") not in self.vnpus
             phase = obj.get("status", {}).get("phase")
             if (missing and phase != names.PHASE_FAILED) or spec.get("chip") in health_changed:
-                self._enqueue(key)
+                self.queue.add(key)
         await self._collect_orphans()
         self._mark_dirty()
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from vnpu_common.backoff import Backoff
 from vnpu_operator import names
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class AllocationWatcher:
         self.selector = label_selector(nodes)
         self._handler = handler
         self._timeout = timeout_seconds
-        self._retry_max = retry_max_seconds
+        self._retry = Backoff(base=1.0, cap=retry_max_seconds, jitter=0.5)
         self.cache: dict[str, dict[str, Any]] = {}
         self.synced = asyncio.Event()
         self.resource_version: str | None = None
@@ -98,7 +98,7 @@ class AllocationWatcher:
         self.resource_version = None
 
     async def _backoff(self, failures: int, why: str) -> None:
-        delay = min(self._retry_max, 0.5 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0)
+        delay = self._retry.delay(failures)
         log.warning("allocation watch failed (%s); retrying in %.1fs", why, delay)
         await asyncio.sleep(delay)
 
