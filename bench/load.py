@@ -18,6 +18,7 @@ from typing import Any
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from localplane.pods import vnpu_pod
 from vnpu_operator import names
 from vnpu_operator.rawcall import call, call_json
 
@@ -174,15 +175,14 @@ class Driver:
         task.add_done_callback(self.tasks.discard)
 
     def manifest(self, name: str, template: str, count: int) -> dict[str, Any]:
-        meta: dict[str, Any] = {"name": name, "labels": {"app": "vnpu-bench"}}
-        spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+        labels = {"app": "vnpu-bench"}
         if self.floor is None:
-            meta["annotations"] = {names.ANN_TEMPLATE: template, names.ANN_COUNT: str(count)}
-        else:
-            # What the webhook would add, written at creation: no extra write.
-            meta["finalizers"] = [FLOOR_FINALIZER]
-            spec["schedulingGates"] = [{"name": FLOOR_GATE}]
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+            return vnpu_pod(name, self.namespace, template=template, count=count, labels=labels)
+        # What the webhook would add, written at creation: no extra write.
+        return vnpu_pod(
+            name, self.namespace, template=None, labels=labels,
+            finalizers=[FLOOR_FINALIZER], scheduling_gates=[FLOOR_GATE],
+        )  # fmt: skip
 
     async def create(self, pod: PodTimes) -> None:
         self.tracker.add(pod)

@@ -500,6 +500,12 @@ class LocalPlane:
             raise PlaneError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc
 
+    def get_json(self, *args: str, timeout: float = 60) -> Any:
+        """`kubectl get <args> -o json`, parsed; None where kubectl fails
+        (the object is not there)."""
+        out = self.kubectl("get", *args, "-o", "json", check=False, timeout=timeout)
+        return json.loads(out.stdout) if out.returncode == 0 else None
+
     def apply(self, manifest: dict[str, Any] | str | Path) -> None:
         if isinstance(manifest, Path):
             self.kubectl("apply", "--server-side", "-f", str(manifest))

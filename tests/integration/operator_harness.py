@@ -1,5 +1,5 @@
-"""Helpers for tests of the operator: pods that ask for vNPUs, the audit
-log, and `Stack`, an agent and an operator run together
+"""Helpers for tests of the operator: the pods and allocations in the
+cluster, the audit log, and `Stack`, an agent and an operator run together
 (`localplane.components`)."""
 
 from __future__ import annotations
@@ -15,43 +15,8 @@ from localplane.waiting import wait_for
 from vnpu_operator import names
 
 
-def vnpu_pod(
-    name: str,
-    template: str = "vir05_1c_16g",
-    *,
-    count: int | None = None,
-    chip_model: str | None = None,
-    containers: list[str] | None = None,
-    annotations: dict[str, str] | None = None,
-    node_selector: dict[str, str] | None = None,
-    init_containers: list[str] | None = None,
-) -> dict[str, Any]:
-    """A pod manifest asking for vNPUs through annotations."""
-    ann = {names.ANN_TEMPLATE: template, **(annotations or {})}
-    if count is not None:
-        ann[names.ANN_COUNT] = str(count)
-    if chip_model is not None:
-        ann[names.ANN_CHIP_MODEL] = chip_model
-    spec: dict[str, Any] = {
-        "containers": [{"name": c, "image": "busybox"} for c in (containers or ["main"])],
-    }
-    if init_containers:
-        spec["initContainers"] = [{"name": c, "image": "busybox"} for c in init_containers]
-    if node_selector:
-        spec["nodeSelector"] = node_selector
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "annotations": ann},
-        "spec": spec,
-    }
-
-
 def get_json(plane: LocalPlane, *args: str) -> Any:
-    out = plane.kubectl("get", *args, "-o", "json", check=False)
-    if out.returncode != 0:
-        return None
-    return json.loads(out.stdout)
+    return plane.get_json(*args)
 
 
 def pod_allocations(plane: LocalPlane, namespace: str, uid: str) -> list[dict[str, Any]]:

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_harness import OUR_AGENTS, Stack, audit_since, component, get_json, vnpu_pod
+from operator_harness import OUR_AGENTS, Stack, audit_since, component, get_json
 
 from localplane import LocalPlane, NodeSpec
+from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_operator import names
 
@@ -67,9 +68,7 @@ def settle(plane: LocalPlane, seconds: float = 1.5, limit: float = 90) -> int:
 
 
 def run_pods(plane: LocalPlane, namespace: str, count: int) -> None:
-    pods = [vnpu_pod(f"w{i}") for i in range(count)]
-    for pod in pods:
-        pod["metadata"]["namespace"] = namespace
+    pods = [vnpu_pod(f"w{i}", namespace) for i in range(count)]
     plane.apply({"apiVersion": "v1", "kind": "List", "items": pods})
 
     def all_running() -> bool:

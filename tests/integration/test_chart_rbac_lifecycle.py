@@ -27,12 +27,12 @@ from operator_harness import (
     get_json,
     pod_allocations,
     purge_foreign,
-    vnpu_pod,
     vnpu_pods,
 )
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess, vnpu_ids
+from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_operator import names
 
@@ -217,8 +217,7 @@ def gone(plane: LocalPlane, namespace: str, name: str) -> None:
     )
 
 
-def create(plane: LocalPlane, namespace: str, pod: dict[str, Any]) -> None:
-    pod["metadata"]["namespace"] = namespace
+def create(plane: LocalPlane, pod: dict[str, Any]) -> None:
     plane.kubectl("create", "-f", "-", input=yaml.safe_dump(pod))
 
 
@@ -265,13 +264,13 @@ def test_components_run_with_chart_credentials(plane: LocalPlane, release: Relea
 def test_pod_lifecycle_under_chart_rbac(
     plane: LocalPlane, release: Release, namespace: str
 ) -> None:
-    create(plane, namespace, vnpu_pod("one", TEMPLATE))
+    create(plane, vnpu_pod("one", namespace, template=TEMPLATE))
     one = running(plane, namespace, "one")
     (alloc,) = pod_allocations(plane, namespace, one["metadata"]["uid"])
     assert alloc["spec"]["template"] == TEMPLATE
     assert_ready_on_node(release, one, [alloc])
 
-    create(plane, namespace, vnpu_pod("two", TEMPLATE, count=2))
+    create(plane, vnpu_pod("two", namespace, template=TEMPLATE, count=2))
     two = running(plane, namespace, "two")
     allocs = pod_allocations(plane, namespace, two["metadata"]["uid"])
     assert len(allocs) == 2
@@ -279,7 +278,7 @@ def test_pod_lifecycle_under_chart_rbac(
     assert_ready_on_node(release, two, allocs)
 
     # 5 x LARGE fits on no node (4 at most per node).
-    create(plane, namespace, vnpu_pod("huge", LARGE, count=5))
+    create(plane, vnpu_pod("huge", namespace, template=LARGE, count=5))
 
     def waiting() -> dict[str, Any] | None:
         pod = get_json(plane, "pod", "-n", namespace, "huge") or {}
@@ -334,7 +333,7 @@ def assert_writes_by_chart_identities(plane: LocalPlane, release: Release) -> No
 
 
 def test_documented_uninstall_order(plane: LocalPlane, release: Release, namespace: str) -> None:
-    create(plane, namespace, vnpu_pod("last", TEMPLATE))
+    create(plane, vnpu_pod("last", namespace, template=TEMPLATE))
     last = running(plane, namespace, "last")
     (alloc,) = pod_allocations(plane, namespace, last["metadata"]["uid"])
     assert_ready_on_node(release, last, [alloc])

@@ -24,10 +24,11 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_harness import Stack, get_json, pod_allocations, vnpu_pod
+from operator_harness import Stack, get_json, pod_allocations
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AGENT_NAMESPACE, AgentProcess
+from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_operator import names
@@ -118,21 +119,12 @@ def env(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 # ---------------------------------------------------------------- helpers
 
 
-def make_pod(
-    namespace: str,
-    name: str,
-    group: str,
-    template: str = SMALL,
-    *,
-    node: str | None = None,
-    count: int | None = None,
-) -> dict[str, Any]:
+def in_group(group: str, node: str | None = None) -> dict[str, str]:
+    """A node selector for the nodes of one test's group, or one node of it."""
     selector = {GROUP: group}
     if node is not None:
         selector[HOSTNAME] = node
-    pod = vnpu_pod(name, template, count=count, node_selector=selector)
-    pod["metadata"]["namespace"] = namespace
-    return pod
+    return selector
 
 
 def create_pod(plane: LocalPlane, pod: dict[str, Any]) -> None:
@@ -316,7 +308,9 @@ def fail_then_place_elsewhere(env: Env, plane: LocalPlane, namespace: str, *, mi
         for round_ in range(3):
             name = f"p{round_}"
             destroyed_before = destroys(env.stack.agent, "ch-fail-a")
-            create_pod(plane, make_pod(namespace, name, "fail"))
+            create_pod(
+                plane, vnpu_pod(name, namespace, template=SMALL, node_selector=in_group("fail"))
+            )
             pod = wait_running(plane, namespace, name)
             allocs = pod_allocations(plane, namespace, pod["metadata"]["uid"])
             assert pod["spec"]["nodeName"] == "ch-fail-b", (
@@ -364,7 +358,9 @@ def test_attempts_exhausted_leaves_pod_gated(env: Env, plane: LocalPlane, namesp
     for node in nodes:
         env.sim(node).inject_failure("create")
     try:
-        create_pod(plane, make_pod(namespace, "p", "exhaust"))
+        create_pod(
+            plane, vnpu_pod("p", namespace, template=SMALL, node_selector=in_group("exhaust"))
+        )
         pod = wait_condition(plane, namespace, "p", "AllocationFailed")
         assert is_gated(pod)
         assert not pod["spec"].get("nodeName")
@@ -398,7 +394,9 @@ def test_attempts_exhausted_leaves_pod_gated(env: Env, plane: LocalPlane, namesp
 
 def test_expired_agent_lease(env: Env, plane: LocalPlane, namespace: str) -> None:
     x, y = LEASE_NODE.name, "ch-lease-y"
-    create_pod(plane, make_pod(namespace, "old", "lease", node=x))
+    create_pod(
+        plane, vnpu_pod("old", namespace, template=SMALL, node_selector=in_group("lease", x))
+    )
     old = wait_running(plane, namespace, "old")
     assert old["spec"]["nodeName"] == x
     (old_alloc,) = pod_allocations(plane, namespace, old["metadata"]["uid"])
@@ -419,12 +417,16 @@ def test_expired_agent_lease(env: Env, plane: LocalPlane, namespace: str) -> Non
 
         # A new pod that may go to either node goes to y, although binpack
         # would prefer x (it already holds a vNPU).
-        create_pod(plane, make_pod(namespace, "anywhere", "lease"))
+        create_pod(
+            plane, vnpu_pod("anywhere", namespace, template=SMALL, node_selector=in_group("lease"))
+        )
         anywhere = wait_running(plane, namespace, "anywhere")
         assert anywhere["spec"]["nodeName"] == y
 
         # A pod that may only go to x waits, saying the agent is not live.
-        create_pod(plane, make_pod(namespace, "only-x", "lease", node=x))
+        create_pod(
+            plane, vnpu_pod("only-x", namespace, template=SMALL, node_selector=in_group("lease", x))
+        )
         only_x = wait_condition(plane, namespace, "only-x", "WaitingForCapacity")
         assert is_gated(only_x)
         assert "agent not live" in (allocated_condition(only_x) or {}).get("message", "")
@@ -453,12 +455,17 @@ def test_deleted_node_takes_no_new_pods(env: Env, plane: LocalPlane, namespace: 
     wait_for(f"node {gone} gone", lambda: get_json(plane, "node", gone) is None, timeout=30)
 
     # Either node may take it; the tie would go to ch-gone-a by name.
-    create_pod(plane, make_pod(namespace, "anywhere", "gone"))
+    create_pod(
+        plane, vnpu_pod("anywhere", namespace, template=SMALL, node_selector=in_group("gone"))
+    )
     anywhere = wait_running(plane, namespace, "anywhere")
     assert anywhere["spec"]["nodeName"] == other
 
     # Only the deleted node may take it: it waits.
-    create_pod(plane, make_pod(namespace, "only-gone", "gone", node=gone))
+    create_pod(
+        plane,
+        vnpu_pod("only-gone", namespace, template=SMALL, node_selector=in_group("gone", gone)),
+    )
     only = wait_condition(plane, namespace, "only-gone", "WaitingForCapacity")
     assert is_gated(only)
     assert not only["spec"].get("nodeName")
@@ -473,14 +480,19 @@ def test_deleted_node_takes_no_new_pods(env: Env, plane: LocalPlane, namespace: 
 
 def test_pod_deleted_while_gated(env: Env, plane: LocalPlane, namespace: str) -> None:
     node = "ch-gated"
-    create_pod(plane, make_pod(namespace, "filler", "gated", LARGE, count=2))
+    create_pod(
+        plane,
+        vnpu_pod("filler", namespace, template=LARGE, count=2, node_selector=in_group("gated")),
+    )
     filler = wait_running(plane, namespace, "filler")
     filler_ids = {
         a["spec"]["vnpuId"] for a in pod_allocations(plane, namespace, filler["metadata"]["uid"])
     }
     assert len(filler_ids) == 2
 
-    create_pod(plane, make_pod(namespace, "waiter", "gated"))
+    create_pod(
+        plane, vnpu_pod("waiter", namespace, template=SMALL, node_selector=in_group("gated"))
+    )
     waiter = wait_condition(plane, namespace, "waiter", "WaitingForCapacity")
     assert waiting_for_capacity(waiter)
     assert names.POD_FINALIZER in waiter["metadata"].get("finalizers", [])
@@ -508,7 +520,7 @@ def test_pod_deleted_while_vnpu_is_created(env: Env, plane: LocalPlane, namespac
     sim = env.sim(node)
     sim.inject_slow("create", 4)
     try:
-        create_pod(plane, make_pod(namespace, "p", "slow"))
+        create_pod(plane, vnpu_pod("p", namespace, template=SMALL, node_selector=in_group("slow")))
 
         def placed() -> dict[str, Any] | None:
             pod = get_pod(plane, namespace, "p")
@@ -544,7 +556,10 @@ def test_pod_deleted_while_vnpu_is_created(env: Env, plane: LocalPlane, namespac
 def test_burst_for_the_last_capacity(env: Env, plane: LocalPlane, namespace: str) -> None:
     nodes = ["ch-burst-a", "ch-burst-b"]
     slots, n = 4, 7  # two chips, two vir10_3c_32g each
-    pods = [make_pod(namespace, f"b{i}", "burst", LARGE) for i in range(n)]
+    pods = [
+        vnpu_pod(f"b{i}", namespace, template=LARGE, node_selector=in_group("burst"))
+        for i in range(n)
+    ]
     with ThreadPoolExecutor(max_workers=n) as pool:
         list(pool.map(lambda p: create_pod(plane, p), pods))
 
@@ -624,7 +639,10 @@ def test_operator_sigkilled_during_burst(env: Env, plane: LocalPlane, namespace:
                 time.sleep(0.2)
             time.sleep(0.2)
 
-    pods = [make_pod(namespace, f"c{i:02d}", "chaos") for i in range(n)]
+    pods = [
+        vnpu_pod(f"c{i:02d}", namespace, template=SMALL, node_selector=in_group("chaos"))
+        for i in range(n)
+    ]
     creators = [
         threading.Thread(target=create_until_admitted, args=(pods[k::2],)) for k in range(2)
     ]

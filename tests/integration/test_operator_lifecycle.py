@@ -22,11 +22,12 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_harness import Stack, get_json, pod_allocations, vnpu_pod
+from operator_harness import Stack, get_json, pod_allocations
 from prometheus_client.parser import text_string_to_metric_families
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AgentProcess, vnpu_ids
+from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.base import VNPU
 from vnpu_operator import names
@@ -64,8 +65,7 @@ def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         # The webhook checks against what the operator's cache says the cluster
         # offers: wait until that covers every node's chips, probed by a
         # server-side dry run (webhooks run, nothing is stored).
-        probe = vnpu_pod("lc-probe", chip_model="lc-probe-model")
-        probe["metadata"]["namespace"] = "default"
+        probe = vnpu_pod("lc-probe", "default", chip_model="lc-probe-model")
 
         def offers_both_models() -> bool:
             r = plane.kubectl(
@@ -80,11 +80,6 @@ def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def in_namespace(manifest: dict[str, Any], namespace: str) -> dict[str, Any]:
-    manifest["metadata"]["namespace"] = namespace
-    return manifest
 
 
 def tolerate(manifest: dict[str, Any], node: str) -> dict[str, Any]:
@@ -231,7 +226,7 @@ def test_webhook_rejects_bad_request_with_clear_message(
     stack: Stack, plane: LocalPlane, namespace: str, case: str
 ) -> None:
     annotations, expected = REJECTIONS[case]
-    pod = in_namespace(vnpu_pod("bad", annotations=annotations), namespace)
+    pod = vnpu_pod("bad", namespace, annotations=annotations)
     why = apply_rejected(plane, pod)
     assert "denied the request" in why, why
     for part in expected:
@@ -251,23 +246,23 @@ def test_mutation_adds_gate_finalizer_and_env_to_selected_containers(
 ) -> None:
     nowhere = {"lc-nowhere": "true"}  # no node has it: the pods stay gated
     every = vnpu_pod(
-        "every", containers=["main", "side"], init_containers=["init"], node_selector=nowhere
+        "every",
+        namespace,
+        containers=["main", "side"],
+        init_containers=["init"],
+        node_selector=nowhere,
     )
     picky = vnpu_pod(
         "picky",
+        namespace,
         containers=["main", "side"],
         init_containers=["init"],
         node_selector=nowhere,
         annotations={names.ANN_CONTAINERS: "main"},
     )
-    plain = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "plain", "annotations": {"example.com/other": "x"}},
-        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
-    }
+    plain = vnpu_pod("plain", namespace, template=None, annotations={"example.com/other": "x"})
     for manifest in (every, picky, plain):
-        plane.apply(in_namespace(manifest, namespace))
+        plane.apply(manifest)
 
     want_visible = {
         "name": names.ENV_VISIBLE_DEVICES,
@@ -329,8 +324,14 @@ def test_count_three_gets_three_distinct_vnpus_on_one_node(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
     # 3 x vir10_3c_32g: two fit on a 910B3 chip, so lc-3 must use both chips.
-    pod = vnpu_pod("three", BIG_TEMPLATE, count=3, node_selector={"kubernetes.io/hostname": "lc-3"})
-    plane.apply(in_namespace(tolerate(pod, "lc-3"), namespace))
+    pod = vnpu_pod(
+        "three",
+        namespace,
+        template=BIG_TEMPLATE,
+        count=3,
+        node_selector={"kubernetes.io/hostname": "lc-3"},
+    )
+    plane.apply(tolerate(pod, "lc-3"))
     p = running_pod(plane, namespace, "three")
     allocs = pod_allocations(plane, namespace, p["metadata"]["uid"])
     assert len(allocs) == 3
@@ -356,8 +357,8 @@ def test_count_three_gets_three_distinct_vnpus_on_one_node(
 def test_pod_waits_for_a_matching_node_then_runs_when_one_is_labelled(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    pod = vnpu_pod("sel", node_selector={"lc-zone": "z1"})
-    plane.apply(in_namespace(tolerate(pod, "lc-b"), namespace))
+    pod = vnpu_pod("sel", namespace, node_selector={"lc-zone": "z1"})
+    plane.apply(tolerate(pod, "lc-b"))
 
     def waiting() -> dict[str, Any] | None:
         cond = pod_condition(get_pod(plane, namespace, "sel") or {}, names.POD_COND_ALLOCATED)
@@ -404,7 +405,7 @@ def test_pod_waits_for_a_matching_node_then_runs_when_one_is_labelled(
 def test_terminal_pod_releases_its_vnpus_and_keeps_the_pod_object(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    plane.apply(in_namespace(vnpu_pod("done"), namespace))
+    plane.apply(vnpu_pod("done", namespace))
     p = running_pod(plane, namespace, "done")
     uid = p["metadata"]["uid"]
     (alloc,) = pod_allocations(plane, namespace, uid)
@@ -436,7 +437,7 @@ def test_terminal_pod_releases_its_vnpus_and_keeps_the_pod_object(
 def test_container_restart_keeps_the_same_vnpu(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    plane.apply(in_namespace(vnpu_pod("restart"), namespace))
+    plane.apply(vnpu_pod("restart", namespace))
     p = running_pod(plane, namespace, "restart")
     uid = p["metadata"]["uid"]
     (before,) = pod_allocations(plane, namespace, uid)
@@ -476,7 +477,7 @@ def test_running_pod_that_never_opens_its_vnpu_keeps_it(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
     """The seed bug: an allocated vNPU nobody opened was garbage-collected."""
-    plane.apply(in_namespace(vnpu_pod("idle"), namespace))
+    plane.apply(vnpu_pod("idle", namespace))
     p = running_pod(plane, namespace, "idle")
     (alloc,) = pod_allocations(plane, namespace, p["metadata"]["uid"])
     node, vnpu_id = alloc["spec"]["nodeName"], alloc["spec"]["vnpuId"]
@@ -511,7 +512,7 @@ def test_running_pod_that_never_opens_its_vnpu_keeps_it(
 def test_allocation_deleted_by_hand_destroys_vnpu_and_warns_the_pod(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    plane.apply(in_namespace(vnpu_pod("lost"), namespace))
+    plane.apply(vnpu_pod("lost", namespace))
     p = running_pod(plane, namespace, "lost")
     uid = p["metadata"]["uid"]
     (alloc,) = pod_allocations(plane, namespace, uid)
@@ -547,8 +548,8 @@ def test_metrics_follow_an_allocation_and_forget_it_when_gone(
     release_before = sample_sum(before, release, f"{release}_count")
     assert not [s for s in samples(before, family) if s[1].get("node") == "lc-m"]
 
-    pod = vnpu_pod("metered", node_selector={"kubernetes.io/hostname": "lc-m"})
-    plane.apply(in_namespace(tolerate(pod, "lc-m"), namespace))
+    pod = vnpu_pod("metered", namespace, node_selector={"kubernetes.io/hostname": "lc-m"})
+    plane.apply(tolerate(pod, "lc-m"))
     p = running_pod(plane, namespace, "metered")
     (alloc,) = pod_allocations(plane, namespace, p["metadata"]["uid"])
     assert alloc["spec"]["nodeName"] == "lc-m"

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_harness import Stack, get_json, pod_allocations, vnpu_pod
+from operator_harness import Stack, get_json, pod_allocations
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import vnpu_ids
+from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_operator import names
 
@@ -29,8 +30,7 @@ def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def test_pod_runs_on_its_vnpu_and_release_destroys_it(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    pod = vnpu_pod("p")
-    pod["metadata"]["namespace"] = namespace
+    pod = vnpu_pod("p", namespace)
     plane.apply(pod)
 
     def running() -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from localplane import LocalPlane, NodeSpec
+from localplane.pods import vnpu_pod
 from vnpu_operator import names
 from vnpu_operator.pinning import pin_patch
 
@@ -45,17 +46,14 @@ def _get(plane: LocalPlane, ns: str, name: str) -> dict[str, Any]:
 def test_pinning_patch_is_accepted_and_lands_on_the_node(
     plane: LocalPlane, namespace: str, two_nodes: list[str], spec_extra: dict[str, Any]
 ) -> None:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "pinned", "annotations": {names.ANN_TEMPLATE: "vir01"}},
-        "spec": {
-            "schedulingGates": [{"name": names.SCHEDULING_GATE}],
-            "containers": [{"name": "c", "image": "busybox"}],
-            "tolerations": [{"operator": "Exists"}],
-            **spec_extra,
-        },
-    }
+    pod = vnpu_pod(
+        "pinned",
+        namespace,
+        template="vir01",
+        containers=["c"],
+        scheduling_gates=[names.SCHEDULING_GATE],
+        spec={"tolerations": [{"operator": "Exists"}], **spec_extra},
+    )
     plane.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(pod))
     target = two_nodes[1]
     live = _get(plane, namespace, "pinned")

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from localplane.pods import vnpu_pod
 from vnpu_operator import names
 from vnpu_operator.kubeapi import finalizer_removal
 from vnpu_operator.lifecycle import AllocView, StepKind, decide, requested_count, slim_pod
@@ -21,22 +22,13 @@ def pod(
     finalizer: bool = True,
     count: str | None = None,
 ) -> dict[str, Any]:
-    annotations = {names.ANN_TEMPLATE: "vir05_1c_16g"}
-    if count is not None:
-        annotations[names.ANN_COUNT] = count
-    meta: dict[str, Any] = {
-        "name": "p",
-        "namespace": "ns",
-        "uid": "u1",
-        "annotations": annotations,
-        "finalizers": [names.POD_FINALIZER] if finalizer else [],
-    }
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    spec: dict[str, Any] = {"containers": [{"name": "c"}]}
-    if gated:
-        spec["schedulingGates"] = [{"name": names.SCHEDULING_GATE}]
-    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+    return vnpu_pod(
+        "p", "ns", uid="u1", template="vir05_1c_16g", count=count, containers=["c"],
+        finalizers=[names.POD_FINALIZER] if finalizer else [],
+        scheduling_gates=[names.SCHEDULING_GATE] if gated else [],
+        phase=phase,
+        metadata={"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else None,
+    )  # fmt: skip
 
 
 def alloc(
@@ -152,7 +144,6 @@ def test_alloc_view_reads_the_api_object() -> None:
 def full_pod(**kwargs: Any) -> dict[str, Any]:
     """A pod as the API serves it: managedFields, containers, their statuses."""
     p = pod(**kwargs)
-    p["apiVersion"], p["kind"] = "v1", "Pod"
     p["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}] * 3
     p["metadata"]["resourceVersion"] = "42"
     p["spec"].update(

@@ -7,6 +7,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from localplane.pods import vnpu_pod
 from vnpu_operator import names
 from vnpu_operator.pinning import PinningError, pin_patch
 
@@ -14,14 +15,11 @@ LABELS = {"kubernetes.io/hostname": "node-a"}
 
 
 def _pod(**spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "p", "annotations": {names.ANN_TEMPLATE: "vir01"}},
-        "spec": {
-            "schedulingGates": [{"name": names.SCHEDULING_GATE}],
-            "containers": [{"name": "c"}],
-            **spec,
-        },
-    }
+    """A gated pod; `spec` adds fields such as affinity."""
+    return vnpu_pod(
+        "p", "ns", template="vir01", containers=["c"],
+        scheduling_gates=[names.SCHEDULING_GATE], spec=spec,
+    )  # fmt: skip
 
 
 def _apply(pod: dict[str, Any]) -> dict[str, Any]:
