@@ -191,7 +191,7 @@ class NodeAgent:
             return
         self.chips, self.vnpus, self.templates = chips, vnpus, templates
         self.driver_ok = True
-        self._set_node_condition("True", "DriverReady", f"{len(chips)} chips")
+        self._set_node_condition("True", names.REASON_DRIVER_READY, f"{len(chips)} chips")
 
     def _set_node_condition(self, status: Any, reason: str, message: str) -> None:
         self._node_conditions = set_condition(
@@ -233,13 +233,13 @@ class NodeAgent:
             await self._fail(
                 obj,
                 alloc,
-                "VNPUMismatch",
+                names.REASON_MISMATCH,
                 f"vNPU {spec.vnpu_id} already exists on chip {existing.chip} with template "
                 f"{existing.template}; this allocation wants chip {spec.chip}, template "
                 f"{spec.template}",
             )
             return
-        reason = "Adopted" if existing is not None else "Created"
+        reason = names.REASON_ADOPTED if existing is not None else names.REASON_CREATED
         if existing is None:
             self.owned.add(spec.vnpu_id)
             try:
@@ -254,11 +254,11 @@ class NodeAgent:
             self._mark_dirty()
             await failpoint("after-create")
             if status.phase == names.PHASE_READY:
-                reason = "Recreated"
+                reason = names.REASON_RECREATED
                 await self.api.event(
                     obj,
                     type_="Normal",
-                    reason="Recreated",
+                    reason=names.REASON_RECREATED,
                     node=self.node,
                     message=f"vNPU {spec.vnpu_id} was missing on {self.node}; recreated",
                 )
@@ -328,7 +328,7 @@ class NodeAgent:
             conds,
             names.COND_HEALTHY,
             "True" if healthy else "False",
-            "ChipHealthy" if healthy else "ChipUnhealthy",
+            names.REASON_CHIP_HEALTHY if healthy else names.REASON_CHIP_UNHEALTHY,
             "" if healthy else f"chip {spec.chip} of {self.node} reports unhealthy",
             alloc.metadata.generation,
         )
@@ -353,7 +353,7 @@ class NodeAgent:
             await self.api.event(
                 obj,
                 type_="Normal" if healthy else "Warning",
-                reason="ChipHealthy" if healthy else "ChipUnhealthy",
+                reason=names.REASON_CHIP_HEALTHY if healthy else names.REASON_CHIP_UNHEALTHY,
                 message=f"chip {spec.chip} of {self.node} is "
                 f"{'healthy again' if healthy else 'unhealthy'}; vNPU {spec.vnpu_id} "
                 f"{'usable' if healthy else 'may not work'}",
@@ -415,7 +415,7 @@ class NodeAgent:
         await self.api.event(
             obj,
             type_="Normal" if in_use else "Warning",
-            reason="DestroyDeferred" if in_use else exc.reason,
+            reason=names.REASON_DESTROY_DEFERRED if in_use else exc.reason,
             message=msg,
             node=self.node,
         )
