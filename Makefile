@@ -57,7 +57,7 @@ test-unit: $(STAMP) ## unit tests only (no control plane)
 
 .PHONY: demo
 demo: $(STAMP) plane ## the whole story on a local plane
-	$(PY) e2e/demo.py
+	PYTHONPATH=common:operator:node_agent:hack $(PY) e2e/demo.py
 
 .PHONY: bench
 bench: $(STAMP) plane ## scale benchmark: 200 nodes, 2000 pods at 20/s (bench/results.json)

@@ -10,40 +10,31 @@ pods go. Exits non-zero, with the reason, if anything is not as shown.
 
 Everything is stopped at the end; pass `--keep` to leave the plane running
 (in .localplane; the KUBECONFIG to export is printed).
+
+Needs `hack` (the localplane package) on PYTHONPATH; `make demo` sets it.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import shlex
+import signal
+import subprocess
 import sys
+import tempfile
+import textwrap
+import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-for sub in ("operator", "node_agent", "hack", "tests/integration"):
-    sys.path.insert(0, str(ROOT / sub))
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import shlex  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import textwrap  # noqa: E402
-import time  # noqa: E402
-from typing import Any  # noqa: E402
-
-from operator_harness import get_json  # noqa: E402
-
-from localplane import LocalPlane, NodeSpec  # noqa: E402
-from localplane.components import (  # noqa: E402
-    AGENT_NAMESPACE,
-    AgentProcess,
-    OperatorProcess,
-    vnpu_ids,
-)
-from localplane.plane import PlaneError  # noqa: E402
-from localplane.waiting import wait_for  # noqa: E402
-from vnpu_agent.drivers.base import ANY_VNPU_ID  # noqa: E402
-from vnpu_operator import names  # noqa: E402
+from localplane import LocalPlane, NodeSpec
+from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess, vnpu_ids
+from localplane.plane import REPO_ROOT, PlaneError
+from localplane.pods import vnpu_pod
+from localplane.waiting import wait_for
+from vnpu_agent.drivers.base import ANY_VNPU_ID
+from vnpu_operator import names
 
 NS = "demo"
 NODES = [
@@ -58,13 +49,14 @@ NODES = [
 # (how long a vNPU nobody declared must stay unused before it is destroyed).
 RESYNC_SECONDS = 0.5
 GC_GRACE_SECONDS = 2.0
-AGENT_FLAGS = [
-    f"--resync-seconds={RESYNC_SECONDS}",
-    f"--gc-grace-seconds={GC_GRACE_SECONDS}",
+AGENT_SETTINGS = {
+    **AgentProcess.QUICK,
+    "resync-seconds": RESYNC_SECONDS,
+    "gc-grace-seconds": GC_GRACE_SECONDS,
     # vNPUs the agent did not create (a leak, a config-recover replay after a
     # reboot) are only reported by default; the demo collects them.
-    "--foreign-vnpu-policy=collect",
-]
+    "foreign-vnpu-policy": "collect",
+}
 
 
 def columns(**cols: str) -> str:
@@ -154,23 +146,16 @@ def run_pod(
     *,
     expect_fail: bool = False,
 ) -> None:
-    args = [
-        "run",
-        name,
-        "-n",
-        NS,
-        "--image=busybox",
-        f"--annotations={names.ANN_TEMPLATE}={template}",
-    ]
-    if count is not None:
-        args.append(f"--annotations={names.ANN_COUNT}={count}")
-    if chip_model is not None:
-        args.append(f"--annotations={names.ANN_CHIP_MODEL}={chip_model}")
+    """The pod `vnpu_pod` describes, created the way a user would type it."""
+    manifest = vnpu_pod(name, NS, template=template, count=count, chip_model=chip_model)
+    (container,) = manifest["spec"]["containers"]
+    args = ["run", name, "-n", NS, f"--image={container['image']}"]
+    args += [f"--annotations={k}={v}" for k, v in manifest["metadata"]["annotations"].items()]
     kubectl(plane, *args, expect_fail=expect_fail)
 
 
 def pod(plane: LocalPlane, name: str) -> dict[str, Any] | None:
-    out: dict[str, Any] | None = get_json(plane, "pod", "-n", NS, name)
+    out: dict[str, Any] | None = plane.get_json("pod", "-n", NS, name)
     return out
 
 
@@ -199,7 +184,7 @@ def allocated_condition(plane: LocalPlane, name: str) -> dict[str, Any] | None:
 
 
 def allocations(plane: LocalPlane) -> list[dict[str, Any]]:
-    return list((get_json(plane, names.ALLOCATION_PLURAL, "-A") or {}).get("items", []))
+    return list((plane.get_json(names.ALLOCATION_PLURAL, "-A") or {}).get("items", []))
 
 
 def vnpu_owners(plane: LocalPlane) -> dict[tuple[str, int], str]:
@@ -211,7 +196,7 @@ def vnpu_owners(plane: LocalPlane) -> dict[tuple[str, int], str]:
 
 
 def inventory_vnpus(plane: LocalPlane) -> int:
-    items = (get_json(plane, names.NODE_PLURAL) or {}).get("items", [])
+    items = (plane.get_json(names.NODE_PLURAL) or {}).get("items", [])
     return sum(int(i.get("status", {}).get("vnpuCount", 0)) for i in items)
 
 
@@ -286,13 +271,13 @@ def story(plane: LocalPlane, workdir: Path, procs: dict[str, Any]) -> None:
     )
     kubectl(plane, "create", "namespace", AGENT_NAMESPACE)
     (workdir / "agent").mkdir(parents=True, exist_ok=True)
-    agent = AgentProcess(plane, workdir / "agent", [n.name for n in NODES], extra=AGENT_FLAGS)
+    agent = AgentProcess(plane, workdir / "agent", [n.name for n in NODES], settings=AGENT_SETTINGS)
     procs["agent"] = agent
     agent.start()
     wait_for(
         "VNPUNodes published",
         lambda: all(
-            (get_json(plane, names.NODE_PLURAL, n.name) or {}).get("status", {}).get("chips")
+            (plane.get_json(names.NODE_PLURAL, n.name) or {}).get("status", {}).get("chips")
             for n in NODES
         ),
         timeout=30,
@@ -420,7 +405,7 @@ def story(plane: LocalPlane, workdir: Path, procs: dict[str, Any]) -> None:
     )
     kubectl(plane, "delete", "pods", "--all", "-n", NS, "--timeout=60s")
     left = [
-        p["metadata"]["name"] for p in (get_json(plane, "pods", "-n", NS) or {}).get("items", [])
+        p["metadata"]["name"] for p in (plane.get_json("pods", "-n", NS) or {}).get("items", [])
     ]
     if left:
         raise DemoError(f"pods still there after delete: {', '.join(left)}")
@@ -471,7 +456,7 @@ def main() -> int:
     args = parser.parse_args()
     t0 = time.monotonic()
     if args.keep:
-        workdir = ROOT / ".localplane"
+        workdir = REPO_ROOT / ".localplane"
         if LocalPlane.stop_detached(workdir):
             print("stopped the plane an earlier run left in .localplane")
         LocalPlane(workdir, attached=False).rmtree()
