@@ -9,9 +9,10 @@ import pytest
 from localplane.pods import vnpu_pod
 from vnpu_operator import names
 from vnpu_operator.kubeapi import finalizer_removal
-from vnpu_operator.lifecycle import AllocView, StepKind, decide, requested_count, slim_pod
+from vnpu_operator.lifecycle import AllocView, StepKind, decide, requested_count
 from vnpu_operator.pinning import pin_patch
 from vnpu_operator.placement import PodRequest
+from vnpu_operator.slim import slim_pod
 
 
 def pod(
@@ -118,6 +119,21 @@ def test_allocation_deleted_under_a_running_pod_is_reported_once_ours_are_exclud
     s = step(running, [gone])
     assert (s.kind, s.keys) == (StepKind.LOST, ("ns/p-x-0",))
     assert step(running, [gone], released_by_us={"ns/p-x-0"}).kind is StepKind.NOTHING
+    assert step(running, [gone], lost_told={"ns/p-x-0"}).kind is StepKind.NOTHING
+
+
+def test_an_allocation_that_vanished_unseen_is_lost_for_a_running_pod_only() -> None:
+    # Deleted by someone else and gone before any reconcile saw it terminating.
+    running = pod(gated=False, phase="Running")
+    s = step(running, [alloc(1, names.PHASE_READY)], vanished={"ns/p-x-0"})
+    assert (s.kind, s.keys) == (StepKind.LOST, ("ns/p-x-0",))
+    assert step(running, [], vanished={"ns/p-x-0"}, lost_told={"ns/p-x-0"}).kind is (
+        StepKind.NOTHING
+    )
+    # A gated pod re-places instead; a deleted one only releases what is left.
+    assert step(pod(), [], vanished={"ns/p-x-0"}).kind is StepKind.PLACE
+    deleted = pod(gated=False, deleting=True)
+    assert step(deleted, [], vanished={"ns/p-x-0"}).kind is StepKind.REMOVE_FINALIZER
 
 
 @pytest.mark.parametrize(
