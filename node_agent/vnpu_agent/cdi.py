@@ -17,7 +17,8 @@ from vnpu_operator import names
 
 CDI_VERSION = "0.6.0"
 CDI_KIND = f"{names.GROUP}/vnpu"
-# Control devices every Ascend container needs next to its vNPU (ASCEND.md).
+# Control devices every Ascend container needs next to its vNPU
+# (docs/ASCEND.md, 'Device nodes and environment').
 _SHARED_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 
 

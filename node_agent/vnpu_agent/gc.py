@@ -1,6 +1,6 @@
 """Orphan collection: which vNPUs may be destroyed, decided conservatively.
 
-A vNPU is destroyed only when ALL hold (DESIGN.md section 5):
+A vNPU is destroyed only when ALL hold (docs/ARCHITECTURE.md, 'Invariants', 4):
 - the allocation view is synced (a fresh list, an unbroken watch);
 - no allocation of this node references its id, live or being deleted;
 - the driver says it is not in use;

@@ -1,6 +1,6 @@
 """Kopf wiring: thin handlers that feed the controller, and Kopf's settings.
 
-Economy rules (the seed's 200-node lesson):
+Economy rules (docs/DECISIONS.md, 'Performance at 200 nodes'):
 - Only event and index handlers: Kopf then keeps no progress or diff-base
   state, so it writes nothing on pods or allocations.
 - Index handlers on pods, allocations, VNPUNodes and Nodes fill the

@@ -1,6 +1,6 @@
 /*
  * A stand-in for libdcmi.so: exports the DCMI functions the dcmi backend
- * binds, with the struct layouts of dcmi_interface_api.h (ASCEND.md).
+ * binds, with the struct layouts of dcmi_interface_api.h (docs/ASCEND.md, 'DCMI C API').
  *
  * It keeps no state of its own: every stateful call runs the command in
  * VNPU_FAKE_DCMI_HELPER (dcmi_fake_helper.py) which acts on the simulator's
@@ -106,7 +106,7 @@ struct dcmi_chip_info {
     unsigned int aicore_cnt;
 };
 
-/* The sizes ASCEND.md gives: if this compiles, C agrees with the doc. */
+/* The sizes of docs/ASCEND.md, 'Struct sizes and offsets': if this compiles, C agrees. */
 _Static_assert(sizeof(struct dcmi_base_resource) == 64, "base");
 _Static_assert(sizeof(struct dcmi_computing_resource) == 96, "computing");
 _Static_assert(sizeof(struct dcmi_media_resource) == 56, "media");

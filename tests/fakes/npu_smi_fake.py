@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A stand-in for `npu-smi` backed by the simulator's state.
 
-Speaks the subset the npu-smi backend uses, in the formats of ASCEND.md:
+Speaks the subset the npu-smi backend uses, in the formats of docs/ASCEND.md
+('npu-smi commands and output'):
 `info -m`, `info -t template-info [-i card]`, `info -t info-vnpu -i c -c d`,
 `info -t health -i c -c d`, `info -t vnpu-cfg-recover`,
 `set -t create-vnpu|destroy-vnpu|vnpu-cfg-recover ...`.

@@ -79,7 +79,7 @@ def test_allocation_becomes_ready_with_exactly_its_vnpu(
 def test_unopened_vnpu_survives_many_gc_rounds(
     plane: LocalPlane, namespace: str, node: str, agent: AgentProcess
 ) -> None:
-    """The seed bug: a Running pod that has not opened its vNPU keeps it."""
+    """Premature destroy: a Running pod that has not opened its vNPU keeps it."""
     create(plane, namespace, allocation("idle", node=node, vnpu_id=100))
     wait_for("Ready", lambda: _ready(plane, namespace, "idle"))
     time.sleep(8)  # 16 resyncs at 0.5 s, four times the 2 s grace period

@@ -1,7 +1,7 @@
 """The operator when things go wrong, on the real plane: vNPU creation that
 fails, agents that stop renewing their Lease, Node objects that vanish, pods
 deleted mid-way, bursts competing for the last capacity and an operator
-SIGKILLed while it places pods (DESIGN.md sections 4 and 5).
+SIGKILLed while it places pods (docs/ARCHITECTURE.md, 'A pod's life' and 'Invariants').
 
 One operator and two agent processes serve every test of this module: the
 main agent hosts most nodes; `ch-lease-x` runs on an agent of its own with a

@@ -1,4 +1,4 @@
-"""The pod lifecycle of DESIGN.md sections 3-5 through the real operator,
+"""The pod lifecycle of docs/ARCHITECTURE.md through the real operator,
 agent, webhooks and control plane: admission, mutation, placement of several
 vNPUs, waiting and event-driven retry, terminal pods, container restarts,
 idle vNPUs across many GC grace periods, allocations deleted by hand, and the
@@ -476,7 +476,7 @@ def test_container_restart_keeps_the_same_vnpu(
 def test_running_pod_that_never_opens_its_vnpu_keeps_it(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    """The seed bug: an allocated vNPU nobody opened was garbage-collected."""
+    """Premature destroy: an allocated vNPU nobody opened was garbage-collected."""
     plane.apply(vnpu_pod("idle", namespace))
     p = running_pod(plane, namespace, "idle")
     (alloc,) = pod_allocations(plane, namespace, p["metadata"]["uid"])

@@ -1,5 +1,5 @@
 """The API server accepts the pinning patch on gated pods, and the pod then
-runs on exactly the chosen node (DESIGN.md section 4, step 4)."""
+runs on exactly the chosen node (docs/ARCHITECTURE.md, 'From annotation to Running', steps 4-5)."""
 
 from __future__ import annotations
 

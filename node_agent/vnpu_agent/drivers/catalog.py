@@ -2,7 +2,7 @@
 
 The real backends read templates from the driver at run time where they can;
 the simulator, the dcmi backend (DCMI has no public template list) and tests
-use this catalog. Numbers come from ASCEND.md; those marked "inferred" are
+use this catalog. Numbers come from docs/ASCEND.md, 'Templates'; those marked "inferred" are
 not published and were chosen to be consistent with the published ones.
 
 Media unit: one VPC (video pre-processing) channel, the first DVPP column of

@@ -1,8 +1,8 @@
 """ctypes mirrors of the DCMI structs and prototypes (dcmi_interface_api.h).
 
-Field order and types follow the public header as quoted in ASCEND.md;
+Field order and types follow the public header (docs/ASCEND.md, 'DCMI C API');
 `dcmi_chip_info` and the device-listing functions are from the same header
-but not quoted there. Tests assert every size and offset ASCEND.md lists.
+but not quoted there. Tests assert every size and offset docs/ASCEND.md lists.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 text as `driver_message`) on anything it cannot read with confidence: a
 wrong number is worse than an error.
 
-Formats (samples in ASCEND.md and the tests):
+Formats (samples in docs/ASCEND.md, 'npu-smi commands and output', and the tests):
 
 `npu-smi info -m`: a chip table. Rows are NPU ID (card, `-i`), Chip ID
 (`-c`), Chip Logic ID (our chip index; `-` for the MCU, skipped) and Chip

@@ -1,6 +1,6 @@
 """`sim`: a simulator of the Ascend vNPU driver, faithful where it matters.
 
-It reproduces what ASCEND.md describes: template catalog per chip model,
+It reproduces what docs/ASCEND.md describes: template catalog per chip model,
 capacity checks on AICore, memory, AICPU and media units with the kernel's
 messages, id ranges per physical chip (unique per server, 0xFFFFFFFF =
 driver picks), `is_container_used` (set by `open_vnpu`, cleared by

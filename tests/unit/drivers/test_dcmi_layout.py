@@ -1,5 +1,5 @@
-"""The ctypes structs have exactly the sizes and offsets ASCEND.md gives
-(x86_64 LP64, natural alignment)."""
+"""The ctypes structs have exactly the sizes and offsets of docs/ASCEND.md,
+'Struct sizes and offsets' (x86_64 LP64, natural alignment)."""
 
 from __future__ import annotations
 

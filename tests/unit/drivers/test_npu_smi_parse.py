@@ -17,7 +17,7 @@ from vnpu_agent.drivers.npu_smi_parse import (
     parse_template_info,
 )
 
-# Verbatim from ASCEND.md (910B4).
+# The 910B4 sample of docs/ASCEND.md, 'npu-smi commands and output', verbatim.
 TEMPLATE_INFO = """\
 +------------------------------------------------------------------------------------------+
 |NPU instance template info is:                                                            |

@@ -1,4 +1,4 @@
-"""Builders for placement tests: chips as ASCEND.md describes them."""
+"""Builders for placement tests: chips as docs/ASCEND.md, 'Templates', describes them."""
 
 from __future__ import annotations
 
