@@ -32,7 +32,6 @@ from vnpu_operator.slim import slim_object
 log = logging.getLogger(__name__)
 
 
-
 class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
     """Kopf deep-copies every object on every event to diff it against the
     last handled state, for change-detecting (create/update/delete) handlers.

@@ -24,9 +24,7 @@ def test_zero_or_negative_failures_count_as_the_first() -> None:
     assert b.delay(0) == b.delay(-3) == b.delay(1) == 0.25
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"base": 0}, {"cap": 0}, {"jitter": 1.0}, {"jitter": -0.1}]
-)
+@pytest.mark.parametrize("kwargs", [{"base": 0}, {"cap": 0}, {"jitter": 1.0}, {"jitter": -0.1}])
 def test_rejects_nonsense(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="invalid backoff"):
         Backoff(**kwargs)
