@@ -30,7 +30,7 @@ plane: ## build (or reuse) the control-plane binaries from Go modules
 
 .PHONY: crds
 crds: $(STAMP) ## regenerate crds/ from the API models
-	$(PY) -m vnpu_operator.api.crdgen crds/
+	$(PY) -m vnpu_common.api.crdgen crds/
 
 .PHONY: lint
 lint: $(STAMP) ## ruff

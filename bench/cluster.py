@@ -21,7 +21,7 @@ from localplane.components import (
 )
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
-from vnpu_operator import names
+from vnpu_common import names
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CHIPS = {"910B3": 4, "310P3": 4}

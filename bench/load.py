@@ -19,8 +19,8 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from localplane.pods import vnpu_pod
-from vnpu_operator import names
-from vnpu_operator.rawcall import call, call_json
+from vnpu_common import names
+from vnpu_common.rawcall import call, call_json
 
 BENCH_UA = "vnpu-bench/1"
 FLOOR_UA = "vnpu-floor/1"

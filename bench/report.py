@@ -14,8 +14,8 @@ from typing import Any
 from bench.cluster import Cluster
 from localplane import LocalPlane
 from vnpu_agent.drivers.catalog import Usage, find_model
-from vnpu_operator import names
-from vnpu_operator.rawcall import call_json
+from vnpu_common import names
+from vnpu_common.rawcall import call_json
 
 OURS = {names.USER_AGENT_OPERATOR: "operator", names.USER_AGENT_AGENT: "agent"}
 OTHERS = {"vnpu-bench": "bench-driver", "vnpu-floor": "floor"}

@@ -26,7 +26,7 @@ from typing import Any
 
 from bench import load, report
 from bench.cluster import Cluster, ProcStats, proc_stats, stats
-from vnpu_operator import names
+from vnpu_common import names
 
 
 def say(msg: str) -> None:

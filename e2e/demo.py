@@ -34,7 +34,7 @@ from localplane.plane import REPO_ROOT, PlaneError
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.base import ANY_VNPU_ID
-from vnpu_operator import names
+from vnpu_common import names
 
 NS = "demo"
 NODES = [

@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from localplane.nodes import NodeSpec, node_manifest
-from vnpu_operator import certs
+from vnpu_common import certs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "plane" / "build.sh"

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vnpu_operator import names
+from vnpu_common import names
 
 CDI_VERSION = "0.6.0"
 CDI_KIND = f"{names.GROUP}/vnpu"

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from vnpu_operator.cli import parse_settings
+from vnpu_common.cli import parse_settings
 
 DriverKind = Literal["sim", "npu-smi", "dcmi"]
 ForeignPolicy = Literal["keep", "collect"]

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vnpu_agent.drivers.base import VNPU, ChipInfo, TemplateSpec
-from vnpu_operator.api.models import (
+from vnpu_common.api.models import (
     ChipStatus,
     Condition,
     TemplateResources,

@@ -14,8 +14,8 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_operator import names
-from vnpu_operator.rawcall import call
+from vnpu_common import names
+from vnpu_common.rawcall import call
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from vnpu_agent.leases import LeaseRenewer
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import AllocationWatcher
-from vnpu_operator import __version__, names
-from vnpu_operator.cli import configure_logging, serve_http
+from vnpu_common import __version__, names
+from vnpu_common.cli import configure_logging, serve_http
 
 log = logging.getLogger("vnpu_agent")
 

@@ -45,15 +45,15 @@ from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.owned import OwnedIds
 from vnpu_agent.watcher import key_of
-from vnpu_common.backoff import Backoff
-from vnpu_common.workqueue import RetryLater, WorkQueue
-from vnpu_operator import names
-from vnpu_operator.api.models import (
+from vnpu_common import names
+from vnpu_common.api.models import (
     Condition,
     VNPUAllocation,
     find_condition,
     set_condition,
 )
+from vnpu_common.backoff import Backoff
+from vnpu_common.workqueue import RetryLater, WorkQueue
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -23,8 +23,8 @@ from typing import Any
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from vnpu_common import names
 from vnpu_common.backoff import Backoff
-from vnpu_operator import names
 
 log = logging.getLogger(__name__)
 

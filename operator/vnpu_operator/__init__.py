@@ -1,8 +1,2 @@
-"""vnpu-operator: declared ownership of Ascend vNPUs on Kubernetes."""
-
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("vnpu-operator")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0.0.0"
+"""vnpu-operator: declared ownership of Ascend vNPUs on Kubernetes (the
+cluster operator: admission, placement, the allocation lifecycle)."""

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from vnpu_operator.cli import parse_settings
+from vnpu_common.cli import parse_settings
 from vnpu_operator.placement import Policy
 
 

@@ -23,9 +23,9 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from vnpu_common import names
 from vnpu_common.backoff import Backoff
 from vnpu_common.workqueue import WorkQueue
-from vnpu_operator import names
 from vnpu_operator.admission import OfferedTemplates
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.inventories import Inventories

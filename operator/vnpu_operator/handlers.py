@@ -23,7 +23,7 @@ from typing import Any
 
 import kopf
 
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
 from vnpu_operator.leases import LeasePoller

@@ -19,9 +19,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
-from vnpu_operator import names
+from vnpu_common import names
+from vnpu_common.rawcall import call
 from vnpu_operator.placement import Allocation
-from vnpu_operator.rawcall import call
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio import client
 
+from vnpu_common import names
 from vnpu_common.backoff import Backoff
-from vnpu_operator import names
-from vnpu_operator.rawcall import call_json
+from vnpu_common.rawcall import call_json
 
 log = logging.getLogger(__name__)
 

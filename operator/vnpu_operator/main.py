@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import kopf
 from kubernetes_asyncio import client, config
 
-from vnpu_operator import __version__, names
-from vnpu_operator.cli import configure_logging, serve_http
+from vnpu_common import __version__, names
+from vnpu_common.cli import configure_logging, serve_http
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.controller import Controller
 from vnpu_operator.handlers import register

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.podstate import PodState
 

@@ -20,7 +20,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vnpu_operator import names
+from vnpu_common import names
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 

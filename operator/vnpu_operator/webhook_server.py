@@ -19,7 +19,7 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_operator import certs, names
+from vnpu_common import certs, names
 from vnpu_operator.admission import (
     ServiceRef,
     mutating_webhook_configuration,

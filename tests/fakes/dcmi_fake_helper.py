@@ -23,7 +23,7 @@ from pathlib import Path
 
 # Run with `python -S` for speed: the simulator needs only the standard library.
 _ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(_ROOT / "node_agent"), str(_ROOT / "operator")]
+sys.path[:0] = [str(_ROOT / "node_agent"), str(_ROOT / "operator"), str(_ROOT / "common")]
 
 from vnpu_agent.drivers.base import DCMI_INNER_ERR, DCMI_INVALID_PARAMETER, DriverError  # noqa: E402
 from vnpu_agent.drivers.sim import SimDriver  # noqa: E402

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from localplane import LocalPlane
-from vnpu_operator import names
+from vnpu_common import names
 
 
 def allocation(

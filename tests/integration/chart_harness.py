@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from localplane import LocalPlane
-from vnpu_operator import names
+from vnpu_common import names
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "vnpu-operator"
 RELEASE = "vnpu-operator"

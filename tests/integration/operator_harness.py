@@ -12,7 +12,7 @@ from typing import Any
 from localplane import LocalPlane
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess
 from localplane.waiting import wait_for
-from vnpu_operator import names
+from vnpu_common import names
 
 
 def get_json(plane: LocalPlane, *args: str) -> Any:

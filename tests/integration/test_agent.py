@@ -15,7 +15,7 @@ from agent_harness import allocation, create, get_alloc, phase
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AGENT_NAMESPACE, AgentProcess, vnpu_ids
 from localplane.waiting import wait_for
-from vnpu_operator import names
+from vnpu_common import names
 
 pytestmark = pytest.mark.plane
 

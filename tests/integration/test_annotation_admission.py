@@ -18,7 +18,7 @@ from operator_harness import Stack, get_json, pod_allocations
 
 from localplane import LocalPlane, NodeSpec
 from localplane.waiting import wait_for
-from vnpu_operator import names
+from vnpu_common import names
 
 pytestmark = pytest.mark.plane
 

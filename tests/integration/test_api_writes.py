@@ -22,7 +22,7 @@ from operator_harness import OUR_AGENTS, Stack, audit_since, component, get_json
 from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_operator import names
+from vnpu_common import names
 
 OURS = OUR_AGENTS
 BUDGET = 8

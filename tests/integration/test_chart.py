@@ -26,7 +26,7 @@ from chart_harness import CHART, RELEASE, adopt_crds, helm, template
 
 from localplane import LocalPlane, NodeSpec
 from localplane.waiting import wait_for as shared_wait_for
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.admission import (
     ServiceRef,
     mutating_webhook_configuration,

@@ -14,7 +14,7 @@ import yaml
 from kubernetes_asyncio import client, config
 
 from localplane import LocalPlane
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.leases import LeasePoller
 
 pytestmark = pytest.mark.plane

@@ -31,7 +31,7 @@ from localplane.components import AGENT_NAMESPACE, AgentProcess
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
-from vnpu_operator import names
+from vnpu_common import names
 
 pytestmark = pytest.mark.plane
 

@@ -30,7 +30,7 @@ from localplane.components import AgentProcess, vnpu_ids
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.base import VNPU
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.admission.mutation import VISIBLE_DEVICES_FIELD_PATH
 
 pytestmark = pytest.mark.plane

@@ -13,7 +13,7 @@ from localplane import LocalPlane, NodeSpec
 from localplane.components import vnpu_ids
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_operator import names
+from vnpu_common import names
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import yaml
 
 from localplane import LocalPlane, NodeSpec
 from localplane.waiting import wait_for
-from vnpu_operator import names
+from vnpu_common import names
 
 pytestmark = pytest.mark.plane
 

@@ -24,7 +24,7 @@ import jsonpatch
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.admission import OfferedTemplates, create_app
 from vnpu_operator.lifecycle import requested_count
 from vnpu_operator.placement import InvalidRequestError, PodRequest

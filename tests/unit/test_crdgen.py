@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from vnpu_operator import names
-from vnpu_operator.api import crdgen
+from vnpu_common import names
+from vnpu_common.api import crdgen
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
 

@@ -6,7 +6,7 @@ import pytest
 from cryptography import x509
 
 from localplane.nodes import NodeSpec, format_chips, node_manifest, parse_chips
-from vnpu_operator import certs, names
+from vnpu_common import certs, names
 
 
 def test_chip_spec_roundtrip() -> None:

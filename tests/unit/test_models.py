@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from vnpu_operator import names
-from vnpu_operator.api.models import (
+from vnpu_common import names
+from vnpu_common.api.models import (
     Condition,
     VNPUAllocation,
     VNPUAllocationSpec,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vnpu_agent import drivers
 from vnpu_agent.drivers import base
-from vnpu_operator import names
+from vnpu_common import names
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.annotations import (
     AdmissionError,
     ContainerRef,

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.admission.mutation import JsonPatchOp, mutate_pod
 from vnpu_operator.admission.offered import OfferedTemplates
 from vnpu_operator.admission.validation import validate_pod

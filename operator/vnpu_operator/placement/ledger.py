@@ -17,7 +17,7 @@ import logging
 from collections.abc import Collection, Iterable
 from dataclasses import replace
 
-from vnpu_operator.api.models import TemplateResources
+from vnpu_common.api.models import TemplateResources
 from vnpu_operator.placement.capacity import (
     ChipCapacity,
     NodeState,

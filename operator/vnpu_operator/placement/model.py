@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vnpu_operator import names
-from vnpu_operator.api.models import (
+from vnpu_common import names
+from vnpu_common.api.models import (
     ChipStatus,
     TemplateResources,
     VNPUAllocation,

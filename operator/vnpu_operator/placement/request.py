@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.annotations import (
     chip_model_problem,
     count_problem,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.admission import OfferedTemplates
 
 PodFactory = Callable[..., dict[str, Any]]

@@ -11,7 +11,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.admission import AdmissionError, AnnotationError, mutate_pod
 from vnpu_operator.admission.mutation import (
     VISIBLE_DEVICES_FIELD_PATH,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from vnpu_operator import names
+from vnpu_common import names
+from vnpu_common.api.models import VNPUNodeStatus
 from vnpu_operator.admission import OfferedTemplates, validate_pod
-from vnpu_operator.api.models import VNPUNodeStatus
 
 PodFactory = Callable[..., dict[str, Any]]
 

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "placement"))
 from placement_helpers import chip
 
 from localplane.pods import vnpu_pod
-from vnpu_operator import names
-from vnpu_operator.api.models import VNPUNodeStatus
+from vnpu_common import names
+from vnpu_common.api.models import VNPUNodeStatus
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
 from vnpu_operator.kubeapi import OperatorApi

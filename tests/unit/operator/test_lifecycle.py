@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from localplane.pods import vnpu_pod
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.kubeapi import finalizer_removal
 from vnpu_operator.lifecycle import AllocView, StepKind, decide, requested_count
 from vnpu_operator.pinning import pin_patch

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from vnpu_operator import names
+from vnpu_common import names
 from vnpu_operator.annotations import parse_annotations
 from vnpu_operator.placement import InvalidRequestError, PodRequest
 
