@@ -20,6 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from localplane.pods import vnpu_pod
 from vnpu_common import names
+from vnpu_common.patches import JSON_PATCH
 from vnpu_common.rawcall import call, call_json
 
 BENCH_UA = "vnpu-bench/1"
@@ -27,7 +28,6 @@ FLOOR_UA = "vnpu-floor/1"
 FLOOR_GATE = "bench.vnpu.io/floor"
 FLOOR_FINALIZER = "bench.vnpu.io/floor"
 FLOOR_NODE = "bench-floor"  # no agent serves it: nobody else acts on floor allocations
-JSON_PATCH = "application/json-patch+json"
 
 # (template, count, weight): the churn's mix over 910B3 and 310P3 chips.
 MIX: list[tuple[str, int, int]] = [

@@ -15,24 +15,11 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import names
+from vnpu_common.events import event_body
+from vnpu_common.patches import JSON_PATCH, MERGE, finalizer_removal, uid_guard
 from vnpu_common.rawcall import call
 
 log = logging.getLogger(__name__)
-
-# The client would pick json-patch for a dict body on custom objects, hence
-# the explicit `_content_type` on every patch. Writes go through `call`, which
-# skips turning the answer into client models (nobody reads it).
-MERGE = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-
-
-def uid_guard(meta: dict[str, Any]) -> list[dict[str, Any]]:
-    """A JSON patch `test` of the object's uid: a cached copy may be stale and
-    an object of the same name may have replaced it (a pod placed again),
-    which must never receive a write meant for the old one."""
-    if not meta.get("uid"):
-        return []
-    return [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]}]
 
 
 class AgentApi:
@@ -75,11 +62,9 @@ class AgentApi:
         object or a concurrent change fails the request instead of being
         overwritten."""
         meta = obj["metadata"]
-        finalizers: list[str] = meta.get("finalizers") or []
-        if names.ALLOCATION_FINALIZER not in finalizers:
+        ops = finalizer_removal(meta, names.ALLOCATION_FINALIZER)
+        if ops is None:
             return
-        index = finalizers.index(names.ALLOCATION_FINALIZER)
-        path = f"/metadata/finalizers/{index}"
         try:
             await call(
                 self.custom.patch_namespaced_custom_object,
@@ -88,11 +73,7 @@ class AgentApi:
                 meta["namespace"],
                 names.ALLOCATION_PLURAL,
                 meta["name"],
-                [
-                    *uid_guard(meta),
-                    {"op": "test", "path": path, "value": names.ALLOCATION_FINALIZER},
-                    {"op": "remove", "path": path},
-                ],
+                ops,
                 _content_type=JSON_PATCH,
             )
         except ApiException as exc:
@@ -180,30 +161,18 @@ class AgentApi:
         node: str,
     ) -> None:
         """Best effort: a lost Event must never fail the work it reports."""
-        meta = involved.get("metadata", {})
-        namespace = meta.get("namespace") or "default"
-        now = dt.datetime.now(dt.UTC)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{meta.get('name', 'vnpu')}."),
-            involved_object=client.V1ObjectReference(
-                api_version=involved.get("apiVersion"),
-                kind=involved.get("kind"),
-                name=meta.get("name"),
-                namespace=meta.get("namespace"),
-                uid=meta.get("uid"),
-                resource_version=meta.get("resourceVersion"),
-            ),
-            type=type_,
+        body = event_body(
+            involved,
             reason=reason,
-            message=message[:1024],
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-            source=client.V1EventSource(component="vnpu-agent", host=node),
+            message=message,
+            warning=type_ == "Warning",
+            component="vnpu-agent",
+            host=node,
             reporting_component="vnpu.io/agent",
-            reporting_instance=node,
         )
+        namespace = body["metadata"]["namespace"]
         try:
             await call(self.core.create_namespaced_event, namespace, body)
         except ApiException as exc:
-            log.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc.reason)
+            log.warning("could not record event %s on %s: %s", reason,
+                        body["involvedObject"]["name"], exc.reason)  # fmt: skip

@@ -9,7 +9,6 @@ Every write that fails is counted here, by operation and HTTP status, in
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,20 +19,16 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
 from vnpu_common import names
+from vnpu_common.events import event_body, now_rfc3339
+from vnpu_common.patches import JSON_PATCH, STRATEGIC, finalizer_removal
 from vnpu_common.rawcall import call
 from vnpu_operator.placement import Allocation
 
 log = logging.getLogger(__name__)
 
-JSON_PATCH = "application/json-patch+json"
-STRATEGIC = "application/strategic-merge-patch+json"
 COMPONENT = "vnpu-operator"
 # Status label of a failed write that got no HTTP answer (refused, reset, timed out).
 NO_RESPONSE = "none"
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def allocation_body(alloc: Allocation, pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -60,18 +55,6 @@ def allocation_body(alloc: Allocation, pod: Mapping[str, Any]) -> dict[str, Any]
         },
         "spec": alloc.to_spec().to_api(),
     }
-
-
-def finalizer_removal(pod: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """JSON patch removing our pod finalizer, guarded by a `test` on it."""
-    finalizers = list((pod.get("metadata") or {}).get("finalizers") or [])
-    if names.POD_FINALIZER not in finalizers:
-        return None
-    path = f"/metadata/finalizers/{finalizers.index(names.POD_FINALIZER)}"
-    return [
-        {"op": "test", "path": path, "value": names.POD_FINALIZER},
-        {"op": "remove", "path": path},
-    ]
 
 
 class OperatorApi:
@@ -139,7 +122,7 @@ class OperatorApi:
 
     async def remove_pod_finalizer(self, pod: Mapping[str, Any]) -> bool:
         """True once the finalizer is off (or the pod gone)."""
-        ops = finalizer_removal(pod)
+        ops = finalizer_removal(pod.get("metadata") or {}, names.POD_FINALIZER)
         if ops is None:
             return True
         meta = pod["metadata"]
@@ -158,7 +141,7 @@ class OperatorApi:
             "status": status,
             "reason": reason,
             "message": message,
-            "lastTransitionTime": _now(),
+            "lastTransitionTime": now_rfc3339(),
         }
         await self._write(
             "patch_pod_status",
@@ -180,32 +163,17 @@ class OperatorApi:
     ) -> None:
         """A core/v1 Event about `obj`. Losing one is not worth failing a
         reconcile for, so errors are logged, not raised."""
-        meta = obj.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
-        now = _now()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": obj.get("apiVersion", "v1"),
-                "kind": obj.get("kind", "Pod"),
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": COMPONENT, "host": self.host},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.host or COMPONENT,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        body = event_body(
+            obj,
+            reason=reason,
+            message=message,
+            warning=warning,
+            component=COMPONENT,
+            host=self.host,
+        )
+        namespace = body["metadata"]["namespace"]
         try:
             await self._write("create_event", self.core.create_namespaced_event, namespace, body)
         except Exception as exc:
-            log.warning("event %s on %s/%s lost: %s", reason, namespace, meta.get("name"), exc)
+            log.warning("event %s on %s/%s lost: %s", reason, namespace,
+                        (obj.get("metadata") or {}).get("name"), exc)  # fmt: skip

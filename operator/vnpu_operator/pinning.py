@@ -21,16 +21,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vnpu_common import names
+from vnpu_common.patches import json_pointer
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 class PinningError(ValueError):
     """The pod cannot be pinned as it is (e.g. the node has no hostname label)."""
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 def pin_patch(
@@ -53,7 +50,7 @@ def pin_patch(
         ops.append({"op": "remove", "path": "/spec/schedulingGates"})
 
     devices = ",".join(str(i) for i in visible_devices)
-    ann_path = f"/metadata/annotations/{_escape(names.ANN_VISIBLE_DEVICES)}"
+    ann_path = json_pointer("metadata", "annotations", names.ANN_VISIBLE_DEVICES)
     if meta.get("annotations"):
         ops.append({"op": "add", "path": ann_path, "value": devices})
     else:

@@ -20,6 +20,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import certs, names
+from vnpu_common.patches import MERGE
 from vnpu_operator.admission import (
     ServiceRef,
     mutating_webhook_configuration,
@@ -30,8 +31,6 @@ from vnpu_operator.admission.webhook import OfferedSource, create_app
 from vnpu_operator.config import OperatorSettings
 
 log = logging.getLogger(__name__)
-
-MERGE = "application/merge-patch+json"
 
 
 def parse_service(text: str) -> ServiceRef:

@@ -27,6 +27,7 @@ from chart_harness import CHART, RELEASE, adopt_crds, helm, template
 from localplane import LocalPlane, NodeSpec
 from localplane.waiting import wait_for as shared_wait_for
 from vnpu_common import names
+from vnpu_common.patches import JSON_PATCH, MERGE
 from vnpu_operator.admission import (
     ServiceRef,
     mutating_webhook_configuration,
@@ -470,10 +471,6 @@ def _allocation(namespace: str, node: str) -> dict[str, Any]:
             "vnpuId": 100,
         },
     }
-
-
-MERGE = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 
 
 def test_agent_is_scoped_to_its_node(plane: LocalPlane, release: str, namespace: str) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from vnpu_common import names
+from vnpu_common.patches import json_pointer
 from vnpu_operator.annotations import (
     AdmissionError,
     ContainerRef,
@@ -35,11 +36,6 @@ def visible_devices_env() -> dict[str, Any]:
 
 def runtime_options_env() -> dict[str, Any]:
     return {"name": names.ENV_RUNTIME_OPTIONS, "value": names.RUNTIME_OPTIONS_VIRTUAL}
-
-
-def json_pointer(*tokens: str | int) -> str:
-    """RFC 6901: "~" and "/" inside a token are escaped, "~" first."""
-    return "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in tokens)
 
 
 def mutate_pod(pod: Mapping[str, Any]) -> list[JsonPatchOp]:

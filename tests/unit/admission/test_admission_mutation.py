@@ -12,10 +12,10 @@ import jsonpatch
 import pytest
 
 from vnpu_common import names
+from vnpu_common.patches import json_pointer
 from vnpu_operator.admission import AdmissionError, AnnotationError, mutate_pod
 from vnpu_operator.admission.mutation import (
     VISIBLE_DEVICES_FIELD_PATH,
-    json_pointer,
     runtime_options_env,
     visible_devices_env,
 )

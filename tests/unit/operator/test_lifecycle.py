@@ -8,7 +8,7 @@ import pytest
 
 from localplane.pods import vnpu_pod
 from vnpu_common import names
-from vnpu_operator.kubeapi import finalizer_removal
+from vnpu_common.patches import finalizer_removal
 from vnpu_operator.lifecycle import AllocView, StepKind, decide, requested_count
 from vnpu_operator.pinning import pin_patch
 from vnpu_operator.placement import PodRequest
@@ -199,7 +199,9 @@ def test_the_slim_cached_pod_reads_like_the_full_one(kwargs: dict[str, Any]) -> 
     assert PodRequest.from_pod(slim) == PodRequest.from_pod(full)
     labels = {"kubernetes.io/hostname": "n1"}
     assert pin_patch(slim, "n1", labels, [3]) == pin_patch(full, "n1", labels, [3])
-    assert finalizer_removal(slim) == finalizer_removal(full)
+    assert finalizer_removal(slim["metadata"], names.POD_FINALIZER) == finalizer_removal(
+        full["metadata"], names.POD_FINALIZER
+    )
     # The Event about the pod names it the same way.
     for key in ("apiVersion", "kind"):
         assert slim[key] == full[key]
