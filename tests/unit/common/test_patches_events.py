@@ -1,4 +1,4 @@
-import jsonpatch  # type: ignore[import-untyped]
+import jsonpatch
 import pytest
 
 from vnpu_common.events import MESSAGE_MAX, event_body
