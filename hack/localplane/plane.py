@@ -325,37 +325,64 @@ class LocalPlane:
         self._wait_http("etcd", f"http://127.0.0.1:{p.etcd}/health", timeout=60)
 
     def _start_apiserver(self) -> None:
-        p, pki = self.ports, self.pki
-        self._spawn(
-            "kube-apiserver",
-            [
-                self.binary("kube-apiserver"),
-                f"--etcd-servers=http://127.0.0.1:{p.etcd}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                "--endpoint-reconciler-type=none",
-                f"--secure-port={p.apiserver}",
-                f"--tls-cert-file={pki / 'apiserver.crt'}",
-                f"--tls-private-key-file={pki / 'apiserver.key'}",
-                f"--client-ca-file={self.ca_file}",
-                "--authorization-mode=Node,RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={pki / 'sa.pub'}",
-                f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--allow-privileged=true",
-                f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
-                f"--audit-log-path={self.audit_log}",
-                "--audit-log-format=json",
-                "--audit-log-mode=blocking",
-                # The defaults (400/200 in flight) are far above what a 2-core
-                # machine serves; lower limits only add 429s under churn.
-                "--max-requests-inflight=800",
-                "--max-mutating-requests-inflight=400",
-                "--v=1",
-            ],
-        )
+        self._spawn("kube-apiserver", self._apiserver_args())
         self._wait_http("kube-apiserver", f"{self.server}/readyz", timeout=120, tls=True)
+
+    def _apiserver_args(self) -> list[str]:
+        p, pki = self.ports, self.pki
+        return [
+            self.binary("kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{p.etcd}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--endpoint-reconciler-type=none",
+            f"--secure-port={p.apiserver}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={self.ca_file}",
+            "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            # The defaults (400/200 in flight) are far above what a 2-core
+            # machine serves; lower limits only add 429s under churn.
+            "--max-requests-inflight=800",
+            "--max-mutating-requests-inflight=400",
+            "--v=1",
+        ]
+
+    def kill_apiserver(self, sig: int = signal.SIGKILL) -> None:
+        """Sends `sig` to kube-apiserver and waits until it has exited: what
+        the other components and our clients see when it crashes (SIGKILL:
+        no graceful close of watches, requests in flight cut)."""
+        proc = self.procs["kube-apiserver"]
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            proc.wait(timeout=30)
+
+    def start_apiserver(self) -> None:
+        """Starts kube-apiserver again after `kill_apiserver`, with the same
+        flags, port, certificates and etcd (so every object and resource
+        version survives), and waits until /readyz answers."""
+        if self.procs["kube-apiserver"].poll() is None:
+            raise PlaneError("kube-apiserver is still running; kill_apiserver() first")
+        self._start_apiserver()
+        if not self.attached:
+            PlaneState(
+                str(self.workdir), self.ports, {n: p.pid for n, p in self.procs.items()}
+            ).save()
+
+    def restart_apiserver(self, sig: int = signal.SIGKILL) -> None:
+        """`kill_apiserver(sig)` then `start_apiserver()`: an API server crash
+        and restart, as a supervisor (kubelet, systemd) would do it."""
+        self.kill_apiserver(sig)
+        self.start_apiserver()
 
     def _start_controller_manager(self) -> None:
         self._spawn(
