@@ -31,7 +31,9 @@ ANN_COUNT: Final = f"{GROUP}/count"
 ANN_CHIP_MODEL: Final = f"{GROUP}/chip-model"
 ANN_CONTAINERS: Final = f"{GROUP}/containers"
 
-# What the system sets on a pod.
+# What the system sets on a pod. The label marks every pod the webhook admitted,
+# so the operator can list exactly those (its caches' convergence check).
+LABEL_MANAGED: Final = f"{GROUP}/managed"
 ANN_VISIBLE_DEVICES: Final = f"{GROUP}/visible-devices"
 SCHEDULING_GATE: Final = f"{GROUP}/allocation"
 POD_FINALIZER: Final = f"{GROUP}/release"
@@ -100,7 +102,11 @@ REASON_MISMATCH: Final = "VNPUMismatch"
 REASON_CHIP_HEALTHY: Final = "ChipHealthy"
 REASON_CHIP_UNHEALTHY: Final = "ChipUnhealthy"
 REASON_DESTROY_DEFERRED: Final = "DestroyDeferred"
+# On allocations, by the operator: one no agent will ever serve (no node label,
+# label and spec.nodeName differ, node gone with no agent serving it).
+REASON_UNSERVABLE: Final = "Unservable"
 ALLOCATION_EVENT_REASONS: Final = (
+    REASON_UNSERVABLE,
     REASON_RECREATED,
     REASON_MISMATCH,
     REASON_CHIP_HEALTHY,

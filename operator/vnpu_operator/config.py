@@ -34,6 +34,12 @@ class OperatorSettings(BaseSettings):
         description="How often agent Leases are listed (at most; never more than "
         "a quarter of the shortest Lease duration).",
     )
+    converge_seconds: float = Field(
+        default=60.0,
+        ge=1,
+        description="How often the caches are checked against the server for deletions "
+        "no watch event reported (after an API server restart, say).",
+    )
     lease_grace_seconds: float = Field(
         default=5.0, ge=0, description="Slack past a Lease's expiry before its node is not live."
     )

@@ -39,6 +39,7 @@ from vnpu_operator.lifecycle import (
     is_deleting,
     is_gated,
     is_terminal,
+    unservable,
 )
 from vnpu_operator.metrics import OperatorMetrics, StateView
 from vnpu_operator.notices import Notices
@@ -231,6 +232,7 @@ class Controller:
         self.ledger.remove_allocation(key)
         self.expect.seen(Write.CREATE, key)
         self.expect.seen(Write.DELETE, key)
+        self.expect.seen(Write.UNFINALIZE, key)
         if pod_uid:
             self.kick(pod_uid)
         self.kick_waiting()
@@ -304,10 +306,11 @@ class Controller:
     async def reconcile(self, uid: str) -> None:
         pod = self.pods.get(uid)
         views = self.views(uid)
+        state = self.state(uid)
+        await self._unservable(state, views)
         if pod is None:
             await self._pod_gone(uid, views)
             return
-        state = self.state(uid)
         step = decide(
             pod,
             views,
@@ -350,6 +353,27 @@ class Controller:
         if not views:
             self.states.pop(uid, None)
             self.queue.forget(uid)
+
+    async def _unservable(self, state: PodState, views: list[AllocView]) -> None:
+        """Allocations no agent will ever serve: reported once; once deleted,
+        the operator removes the finalizer their agent never will (a vNPU
+        that exists after all is an orphan to its agent's garbage collector)."""
+        for view in views:
+            obj = self.allocs.get(view.key)
+            if obj is None:
+                continue
+            served = view.node in self.inventories.nodes or self.inventories.leases.live(view.node)
+            why = unservable(obj, node_exists=served)
+            if why is None:
+                continue
+            if not (obj.get("metadata") or {}).get("deletionTimestamp"):
+                if view.key not in state.unservable:
+                    state.unservable.add(view.key)
+                    await self.notices.unservable(obj, why)
+            elif not self.expect.pending(Write.UNFINALIZE, view.key):
+                await self.notices.unservable(obj, why, released=True)
+                await self.api.remove_allocation_finalizer(obj)
+                self.expect.sent(Write.UNFINALIZE, view.key)
 
     async def _release(self, keys: tuple[str, ...]) -> None:
         for key in keys:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -26,6 +27,7 @@ import kopf
 from vnpu_common import names
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
+from vnpu_operator.convergence import Convergence
 from vnpu_operator.leases import LeasePoller
 from vnpu_operator.slim import slim_object
 
@@ -40,6 +42,23 @@ class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         return kopf.BodyEssence()
+
+
+def managed_pod(pod: Mapping[str, Any]) -> bool:
+    """A pod the operator manages: one that asks for vNPUs, or that it
+    admitted (our label, gate or finalizer) whatever its annotations say now.
+    Filtering on the template annotation alone lost every later event of a
+    pod whose annotation someone removed, its deletion included: the pod
+    stayed Terminating, or was placed again and again after it was gone."""
+    meta = pod.get("metadata") or {}
+    if names.ANN_TEMPLATE in (meta.get("annotations") or {}):
+        return True
+    if names.POD_FINALIZER in (meta.get("finalizers") or []):
+        return True
+    if (meta.get("labels") or {}).get(names.LABEL_MANAGED) == "true":
+        return True
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, Mapping) and g.get("name") == names.SCHEDULING_GATE for g in gates)
 
 
 def configure(settings: kopf.OperatorSettings, ours: OperatorSettings) -> None:
@@ -64,6 +83,7 @@ def register(
     controller: Controller,
     ours: OperatorSettings,
     leases: LeasePoller,
+    convergence: Convergence,
 ) -> None:
     """All handlers of the operator, bound to `controller`."""
     tasks: list[asyncio.Task[None]] = []
@@ -75,6 +95,7 @@ def register(
         # agent Lease is known before the caches can be called complete.
         if not tasks:
             tasks.append(asyncio.create_task(leases.run(), name="lease-poller"))
+            tasks.append(asyncio.create_task(convergence.run(), name="convergence"))
         await leases.listed.wait()
 
     @kopf.on.cleanup(registry=registry)
@@ -139,13 +160,17 @@ def register(
     # ------------------------------------------------------ pods
     # Indexed too: an allocation whose pod is not in the cache is released,
     # which is only right once every pod has been listed.
-    requested = {names.ANN_TEMPLATE: kopf.PRESENT}
+    def listing_ours(body: kopf.Body, **_: Any) -> bool:
+        return not controller.synced and managed_pod(body)
 
-    @kopf.index("", "v1", "pods", annotations=requested, when=listing, registry=registry)
+    def ours_event(event: kopf.RawEvent, **_: Any) -> bool:
+        return managed_pod(event["object"])
+
+    @kopf.index("", "v1", "pods", when=listing_ours, registry=registry)
     async def pods_index(body: kopf.Body, **_: Any) -> None:
         controller.pod_event(None, body)
 
-    @kopf.on.event("", "v1", "pods", annotations=requested, registry=registry)
+    @kopf.on.event("", "v1", "pods", when=ours_event, registry=registry)
     async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
         kind = "DELETED" if deleted(event) else None
         controller.pod_event(kind, event["object"])

@@ -21,7 +21,7 @@ from prometheus_client import Counter
 from vnpu_common import names
 from vnpu_common.events import event_body, now_rfc3339
 from vnpu_common.patches import JSON_PATCH, STRATEGIC, finalizer_removal
-from vnpu_common.rawcall import call
+from vnpu_common.rawcall import call, call_json
 from vnpu_operator.placement import Allocation
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,43 @@ class OperatorApi:
             _content_type=JSON_PATCH, done=(404,),
         )  # fmt: skip
         return True
+
+    async def remove_allocation_finalizer(self, obj: Mapping[str, Any]) -> None:
+        """Only for an allocation no agent will ever serve (see
+        lifecycle.unservable): normally its node's agent removes it after
+        destroying the vNPU. A 422 (the object was replaced, or the list
+        changed) is left to the next event."""
+        ops = finalizer_removal(obj.get("metadata") or {}, names.ALLOCATION_FINALIZER)
+        if ops is None:
+            return
+        meta = obj["metadata"]
+        await self._write(
+            "patch_allocation",
+            self.custom.patch_namespaced_custom_object,
+            names.GROUP,
+            names.VERSION,
+            meta["namespace"],
+            names.ALLOCATION_PLURAL,
+            meta["name"],
+            ops,
+            _content_type=JSON_PATCH,
+            done=(404, 422),
+        )
+
+    async def pod_gone(self, pod: Mapping[str, Any]) -> bool:
+        """A read, not a write: True when the pod, or at least the one with
+        this uid, no longer exists. For the rare moments the cache may hold a
+        pod whose deletion no event reported."""
+        meta = pod.get("metadata") or {}
+        try:
+            current = await call_json(
+                self.core.read_namespaced_pod, meta.get("name"), meta.get("namespace")
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return bool((current.get("metadata") or {}).get("uid") != meta.get("uid"))
 
     async def set_pod_condition(
         self, pod: Mapping[str, Any], status: str, reason: str, message: str

@@ -97,6 +97,25 @@ def requested_count(pod: Mapping[str, Any]) -> int:
     return parse_annotations(pod, match_containers=False).count
 
 
+def unservable(obj: Mapping[str, Any], *, node_exists: bool) -> str | None:
+    """Why no agent will ever act on this allocation object, or None.
+
+    Agents select allocations by the vnpu.io/node label and serve the nodes
+    they run on; an object without the label, with a label that differs from
+    spec.nodeName, or naming a node that is gone, would stay Terminating for
+    good once deleted, its vnpu.io/vnpu-destroy finalizer never removed."""
+    meta = obj.get("metadata") or {}
+    label = (meta.get("labels") or {}).get(names.LABEL_NODE)
+    node = (obj.get("spec") or {}).get("nodeName")
+    if not label:
+        return f"it has no {names.LABEL_NODE} label, which agents select allocations by"
+    if label != node:
+        return f"its {names.LABEL_NODE} label ({label}) differs from spec.nodeName ({node})"
+    if not node_exists:
+        return f"node {node} does not exist"
+    return None
+
+
 def decide(
     pod: Mapping[str, Any],
     allocs: Sequence[AllocView],

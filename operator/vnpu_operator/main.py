@@ -17,6 +17,7 @@ from vnpu_common import __version__, names
 from vnpu_common.cli import configure_logging, serve_http
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.controller import Controller
+from vnpu_operator.convergence import for_controller
 from vnpu_operator.handlers import register
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leases import LeasePoller
@@ -56,7 +57,13 @@ async def run(settings: OperatorSettings) -> None:
         interval=settings.lease_poll_seconds,
         retry_max=settings.retry_max_seconds,
     )
-    register(registry, controller, settings, leases)
+    convergence = for_controller(
+        controller,
+        api_client,
+        interval=settings.converge_seconds,
+        retry_max=settings.retry_max_seconds,
+    )
+    register(registry, controller, settings, leases, convergence)
     try:
         await kopf.operator(registry=registry, clusterwide=True, standalone=True)
     finally:

@@ -93,6 +93,23 @@ class Notices:
             "released once the agent is back",
         )
 
+    async def unservable(self, alloc: Raw, why: str, *, released: bool = False) -> None:
+        """On the allocation object itself: nobody else will explain it."""
+        meta = alloc.get("metadata") or {}
+        if released:
+            message = (
+                f"no agent will ever destroy this vNPU: {why}; the operator removed "
+                f"{names.ALLOCATION_FINALIZER} (if the vNPU exists, its node's agent "
+                "collects it as an orphan)"
+            )
+        else:
+            message = (
+                f"no agent will act on this allocation: {why}; delete it (kubectl delete "
+                f"vnpuallocation -n {meta.get('namespace')} {meta.get('name')}) and the "
+                "operator releases it"
+            )
+        await self.api.event(alloc, reason=names.REASON_UNSERVABLE, message=message, warning=True)
+
     async def released(self, pod: Raw) -> None:
         """Only for a pod that ended and stays visible: for a deleted pod the
         Event would describe an object about to vanish."""

@@ -36,6 +36,8 @@ class PodState:
     # the pod has been told of.
     vanished: dict[str, str] = field(default_factory=dict)
     lost_told: set[str] = field(default_factory=set)
+    # Allocations of the pod that no agent will ever serve, already reported.
+    unservable: set[str] = field(default_factory=set)
 
     @property
     def told(self) -> bool:

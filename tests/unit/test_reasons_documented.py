@@ -41,7 +41,7 @@ def test_pod_events_in_the_readme_are_exactly_the_operators() -> None:
 
 def test_allocation_events_in_the_readme_are_exactly_the_agents() -> None:
     expected = set(names.ALLOCATION_EVENT_REASONS) | _driver_reasons()
-    assert _listed("Events on allocations (the agent):") == expected
+    assert _listed("Events on allocations (the agent,") == expected
 
 
 def test_every_reason_constant_is_in_a_list() -> None:

@@ -51,6 +51,7 @@ def mutate_pod(pod: Mapping[str, Any]) -> list[JsonPatchOp]:
         raise AdmissionError(["pod has no metadata or no spec"])
 
     ops = _strip_visible_devices(metadata)
+    ops += _label_managed(metadata)
     ops += _ensure_in_list(
         spec.get("schedulingGates"),
         ("spec", "schedulingGates"),
@@ -67,6 +68,16 @@ def mutate_pod(pod: Mapping[str, Any]) -> list[JsonPatchOp]:
         container = spec[ref.field][ref.index]
         ops += _env_ops(ref, container.get("env"))
     return ops
+
+
+def _label_managed(metadata: dict[str, Any]) -> list[JsonPatchOp]:
+    labels = metadata.get("labels")
+    if not isinstance(labels, dict):
+        return [{"op": "add", "path": "/metadata/labels", "value": {names.LABEL_MANAGED: "true"}}]
+    if labels.get(names.LABEL_MANAGED) == "true":
+        return []
+    return [{"op": "add", "path": json_pointer("metadata", "labels", names.LABEL_MANAGED),
+             "value": "true"}]  # fmt: skip
 
 
 def _strip_visible_devices(metadata: dict[str, Any]) -> list[JsonPatchOp]:

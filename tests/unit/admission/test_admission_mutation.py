@@ -64,6 +64,7 @@ def test_json_pointer_escapes_tilde_then_slash() -> None:
 def test_plain_pod_gets_gate_finalizer_and_env(make_pod: PodFactory) -> None:
     pod = make_pod()
     assert mutate_pod(pod) == [
+        {"op": "add", "path": "/metadata/labels", "value": {"vnpu.io/managed": "true"}},
         {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": "vnpu.io/allocation"}]},
         {"op": "add", "path": "/metadata/finalizers", "value": ["vnpu.io/release"]},
         {"op": "add", "path": "/spec/containers/0/env", "value": [VISIBLE, RUNTIME]},
@@ -93,8 +94,13 @@ def test_existing_gates_finalizers_and_env_are_kept(make_pod: PodFactory) -> Non
 def test_already_gated_pod_gets_no_second_gate(make_pod: PodFactory) -> None:
     pod = make_pod(schedulingGates=[{"name": names.SCHEDULING_GATE}])
     pod["metadata"]["finalizers"] = [names.POD_FINALIZER]
+    pod["metadata"]["labels"] = {"app": "x"}
     ops = mutate_pod(pod)
-    assert [op["path"] for op in ops] == ["/spec/containers/0/env"]
+    assert [op["path"] for op in ops] == [
+        "/metadata/labels/vnpu.io~1managed",
+        "/spec/containers/0/env",
+    ]
+    assert _apply(pod)["metadata"]["labels"] == {"app": "x", names.LABEL_MANAGED: "true"}
 
 
 def test_null_lists_are_created(make_pod: PodFactory) -> None:
@@ -131,7 +137,7 @@ def test_user_values_of_system_env_are_replaced(make_pod: PodFactory) -> None:
         {"name": "ASCEND_VISIBLE_DEVICES", "value": "0,1,2,3"},
     ]
     pod = make_pod(containers=[{"name": "app", "env": env}])
-    assert mutate_pod(pod)[2:] == [
+    assert mutate_pod(pod)[3:] == [
         {"op": "replace", "path": "/spec/containers/0/env/2", "value": VISIBLE},
         {"op": "replace", "path": "/spec/containers/0/env/0", "value": RUNTIME},
     ]
@@ -164,6 +170,7 @@ def test_defaulted_field_ref_counts_as_ours(make_pod: PodFactory) -> None:
         schedulingGates=[{"name": names.SCHEDULING_GATE}],
     )
     pod["metadata"]["finalizers"] = [names.POD_FINALIZER]
+    pod["metadata"]["labels"] = {names.LABEL_MANAGED: "true"}
     assert mutate_pod(pod) == []
 
 

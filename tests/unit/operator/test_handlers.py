@@ -6,7 +6,8 @@ import kopf
 
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
-from vnpu_operator.handlers import NoDiffBase, configure, register
+from vnpu_operator.convergence import Convergence
+from vnpu_operator.handlers import NoDiffBase, configure, managed_pod, register
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leases import LeasePoller
 from vnpu_operator.metrics import OperatorMetrics
@@ -17,7 +18,7 @@ def test_only_index_and_event_handlers_so_kopf_keeps_no_state() -> None:
     settings = OperatorSettings()
     controller = Controller(OperatorApi.__new__(OperatorApi), settings, OperatorMetrics())
     leases = LeasePoller.__new__(LeasePoller)
-    register(registry, controller, settings, leases)
+    register(registry, controller, settings, leases, Convergence.__new__(Convergence))
     # Change-detecting handlers would make Kopf persist progress on objects
     # (writes) and would need the diff base NoDiffBase skips.
     assert list(registry._changing.get_all_handlers()) == []
@@ -38,3 +39,16 @@ def test_kopf_settings() -> None:
     assert settings.watching.server_timeout == 120
     assert settings.watching.client_timeout == 150
     assert settings.scanning.disabled is True
+
+
+def test_the_operator_keeps_every_pod_it_admitted_whatever_its_annotations_say() -> None:
+    def pod(**meta: object) -> dict[str, object]:
+        return {"metadata": meta, "spec": {}}
+
+    assert managed_pod(pod(annotations={"vnpu.io/template": "vir01"}))
+    assert managed_pod(pod(finalizers=["vnpu.io/release"]))
+    assert managed_pod(pod(labels={"vnpu.io/managed": "true"}))
+    gated = {"metadata": {}, "spec": {"schedulingGates": [{"name": "vnpu.io/allocation"}]}}
+    assert managed_pod(gated)
+    assert not managed_pod(pod(annotations={"other": "x"}, finalizers=["other/f"]))
+    assert not managed_pod({"metadata": {}, "spec": {"schedulingGates": [{"name": "x"}]}})

@@ -9,7 +9,7 @@ import pytest
 from localplane.pods import vnpu_pod
 from vnpu_common import names
 from vnpu_common.patches import finalizer_removal
-from vnpu_operator.lifecycle import AllocView, StepKind, decide, requested_count
+from vnpu_operator.lifecycle import AllocView, StepKind, decide, requested_count, unservable
 from vnpu_operator.pinning import pin_patch
 from vnpu_operator.placement import PodRequest
 from vnpu_operator.slim import slim_pod
@@ -206,3 +206,15 @@ def test_the_slim_cached_pod_reads_like_the_full_one(kwargs: dict[str, Any]) -> 
     for key in ("apiVersion", "kind"):
         assert slim[key] == full[key]
     assert {k: v for k, v in full["metadata"].items() if k != "managedFields"} == slim["metadata"]
+
+
+def _alloc_obj(label: str | None, node: str = "n1") -> dict[str, Any]:
+    labels = {names.LABEL_NODE: label} if label is not None else {}
+    return {"metadata": {"name": "a", "labels": labels}, "spec": {"nodeName": node}}
+
+
+def test_unservable_allocations_say_why() -> None:
+    assert unservable(_alloc_obj("n1"), node_exists=True) is None
+    assert "no vnpu.io/node label" in (unservable(_alloc_obj(None), node_exists=True) or "")
+    assert "differs from spec.nodeName" in (unservable(_alloc_obj("n2"), node_exists=True) or "")
+    assert unservable(_alloc_obj("n1"), node_exists=False) == "node n1 does not exist"

@@ -1,0 +1,222 @@
+"""The operator's caches converge to the server after any lost event.
+
+Kopf re-lists a resource after a broken watch (410 Gone, an API server
+restart) and hands every listed object to the handlers again, so additions
+and changes missed meanwhile do arrive. Deletions do not: an object deleted
+while the watch was down is simply absent from the new list, and Kopf does
+not compare (client-go's informers do, and emit DeletedFinalStateUnknown).
+Seen in the wild: an API server killed during a churn left pods Terminating
+for good, their allocations gone but still in the operator's cache.
+
+So every `interval` seconds each watched kind is listed again, metadata only
+(names and resourceVersions, no specs), and every cached object that the
+list no longer shows although the list is newer than the cached copy is fed
+to the controller as deleted. Pods are listed by the label the webhook puts
+on the pods it admits; a cached pod missing from that list is confirmed gone
+by a GET first (one admitted before the label existed is not gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from vnpu_common import names
+from vnpu_common.backoff import Backoff
+from vnpu_common.rawcall import call_json
+from vnpu_operator.controller import Controller
+
+log = logging.getLogger(__name__)
+
+Raw = dict[str, Any]
+# Names and resourceVersions only: a few hundred bytes an object.
+_METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
+def resource_version(obj: Mapping[str, Any]) -> int | None:
+    """As a number: etcd's revision. The API calls resourceVersions opaque,
+    but every server in use numbers them so; if one ever does not, nothing
+    is forgotten (None never compares)."""
+    value = (obj.get("metadata") or {}).get("resourceVersion")
+    if not isinstance(value, str | int):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What the server holds of one kind: the list's resourceVersion and the
+    keys ("namespace/name", or "name" for cluster-scoped kinds) it shows."""
+
+    version: int | None
+    keys: frozenset[str]
+
+
+def _key(item: Mapping[str, Any]) -> str:
+    meta = item.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
+
+
+def stale(
+    cached: Mapping[str, Raw],
+    listing: Listing,
+    key: Callable[[Raw], str],
+    missing_before: frozenset[str] = frozenset(),
+) -> list[Raw]:
+    """The cached objects the listing proves deleted: absent from it, and
+    either last seen at a resourceVersion the list is not older than (one
+    seen after the list was taken may simply be newer than it) or absent
+    from the previous listing too (for copies that keep no resourceVersion:
+    the second list is newer than anything seen before the first)."""
+    gone = []
+    for obj in cached.values():
+        k = key(obj)
+        if k in listing.keys:
+            continue
+        seen = resource_version(obj)
+        newer = listing.version is not None and seen is not None and seen <= listing.version
+        if newer or k in missing_before:
+            gone.append(obj)
+    return gone
+
+
+@dataclass
+class Kind:
+    """One cached kind: how to list it, its cache, and where deletions go."""
+
+    name: str
+    path: str
+    cache: Callable[[], Mapping[str, Raw]]
+    gone: Callable[[Raw], None]
+    label_selector: str | None = None
+    # For pods: confirm each missing one with a GET before forgetting it.
+    confirm: Callable[[Raw], Awaitable[bool]] | None = None
+
+
+class Convergence:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        kinds: list[Kind],
+        *,
+        interval: float,
+        retry_max: float,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """Passes start once `ready()` (the caches hold a first full listing)."""
+        self.api_client = api_client
+        self.ready = ready
+        self.kinds = kinds
+        self.interval = interval
+        self.passes = 0
+        self.forgotten = 0
+        self._missing: dict[str, frozenset[str]] = {}
+        self._backoff = Backoff(base=1.0, cap=retry_max)
+
+    async def list_keys(self, kind: Kind) -> Listing:
+        query = [("labelSelector", kind.label_selector)] if kind.label_selector else []
+        fn = functools.partial(
+            self.api_client.call_api,
+            kind.path,
+            "GET",
+            query_params=query,
+            header_params={"Accept": _METADATA_ONLY},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+        )
+        listed = await call_json(fn)
+        version = resource_version(listed)
+        return Listing(version, frozenset(_key(i) for i in listed.get("items") or []))
+
+    async def converge(self) -> int:
+        """One pass over every kind; returns how many cached objects it
+        found deleted."""
+        found = 0
+        for kind in self.kinds:
+            listing = await self.list_keys(kind)
+            cache = kind.cache()
+            missing = frozenset(_key(o) for o in cache.values()) - listing.keys
+            previously = self._missing.get(kind.name, frozenset())
+            self._missing[kind.name] = missing
+            for obj in stale(cache, listing, _key, previously):
+                if kind.confirm is not None and not await kind.confirm(obj):
+                    continue
+                log.warning(
+                    "%s %s was deleted without a watch event reaching us; forgetting it",
+                    kind.name,
+                    _key(obj),
+                )
+                kind.gone(obj)
+                found += 1
+        self.passes += 1
+        self.forgotten += found
+        return found
+
+    async def run(self) -> None:
+        """Converges every `interval` seconds until cancelled; failures are
+        retried with backoff and never end the loop."""
+        failures = 0
+        while True:
+            delay = self.interval
+            try:
+                if self.ready():
+                    await self.converge()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                delay = self._backoff.delay(failures)
+                what = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)
+                log.warning("cache convergence failed (%s); retry in %.1fs", what, delay)
+            await asyncio.sleep(delay)
+
+
+def for_controller(
+    controller: Controller, api_client: client.ApiClient, *, interval: float, retry_max: float
+) -> Convergence:
+    """Every kind the operator's caches hold, fed back into `controller`."""
+    ours = f"/apis/{names.GROUP}/{names.VERSION}"
+    inventories = controller.inventories
+    kinds = [
+        Kind(
+            "pod",
+            "/api/v1/pods",
+            lambda: controller.pods,
+            lambda obj: controller.pod_event("DELETED", obj),
+            label_selector=f"{names.LABEL_MANAGED}=true",
+            confirm=controller.api.pod_gone,
+        ),
+        Kind(
+            "allocation",
+            f"{ours}/{names.ALLOCATION_PLURAL}",
+            lambda: controller.allocs,
+            controller.allocation_gone,
+        ),
+        Kind(
+            "vnpunode",
+            f"{ours}/{names.NODE_PLURAL}",
+            lambda: inventories.vnpunodes,
+            lambda obj: inventories.vnpunode_event("DELETED", obj),
+        ),
+        Kind(
+            "node",
+            "/api/v1/nodes",
+            lambda: inventories.nodes,
+            lambda obj: inventories.node_event("DELETED", obj),
+        ),
+    ]
+    return Convergence(
+        api_client, kinds, interval=interval, retry_max=retry_max, ready=lambda: controller.synced
+    )
