@@ -29,7 +29,7 @@ from vnpu_common.workqueue import WorkQueue
 from vnpu_operator.admission import OfferedTemplates
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.inventories import Inventories
-from vnpu_operator.kubeapi import OperatorApi, allocation_body
+from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.lifecycle import (
     AllocView,
     Step,
@@ -45,16 +45,11 @@ from vnpu_operator.metrics import OperatorMetrics, StateView
 from vnpu_operator.notices import Notices
 from vnpu_operator.pinning import PinningError, pin_patch
 from vnpu_operator.placement import (
-    MAX_COUNT,
     Allocation,
     InvalidAllocationError,
-    InvalidRequestError,
     Ledger,
-    NoFit,
-    PlacementError,
-    PodRequest,
 )
-from vnpu_operator.placement.nofit_memo import NoFitMemo
+from vnpu_operator.placing import Placer
 from vnpu_operator.podstate import Expectations, PodState, Write
 from vnpu_operator.slim import slim_pod
 
@@ -121,7 +116,7 @@ class Controller:
 
         self.states: dict[str, PodState] = {}
         self.expect = Expectations()
-        self._nofits = NoFitMemo()
+        self.placer = Placer(api, self.notices, self.ledger, self.expect, settings, metrics)
         self._offered: tuple[int, OfferedTemplates] | None = None
         self._waiting_kick: asyncio.Handle | None = None
         self._side_tasks: set[asyncio.Task[None]] = set()
@@ -257,7 +252,7 @@ class Controller:
     def kick_waiting(self) -> None:
         """Capacity may have grown: retry waiting pods, oldest first, once
         per burst of changes."""
-        self._nofits.capacity_grew()
+        self.placer.capacity_grew()
         if self._waiting_kick is not None:
             return
         try:
@@ -329,7 +324,10 @@ class Controller:
             case StepKind.REMOVE_FINALIZER:
                 await self._finish(uid, pod, state)
             case StepKind.PLACE:
-                await self._place(uid, pod, state)
+                if await self._still_there(pod, state):
+                    await self.placer.place(
+                        pod, state, existing=self.allocs_by_pod.get(uid, set()), cached=self.allocs
+                    )
             case StepKind.PIN:
                 await self._pin(uid, pod, state, step)
             case StepKind.RETRY:
@@ -394,58 +392,19 @@ class Controller:
             self.metrics.release_latency.observe(self.clock() - state.releasing_since)
             state.releasing_since = None
 
-    async def _place(self, uid: str, pod: Raw, state: PodState) -> None:
-        try:
-            request = PodRequest.from_pod(pod)
-            # A new placement after a failure gets new object names: an agent
-            # still releasing the old objects must never mistake the new ones.
-            result = self._nofits.place(
-                self.ledger,
-                request,
-                self.settings.policy,
-                avoid=frozenset(state.avoid),
-                first_index=state.attempts * MAX_COUNT,
-            )
-        except InvalidRequestError as exc:
-            self.metrics.placement_failures.labels("invalid-request").inc()
-            await self.notices.tell(
-                pod, state, names.REASON_INVALID_REQUEST, str(exc), condition=True, warning=True
-            )
-            return
-        except PlacementError as exc:
-            log.error("pod %s: placement refused: %s", _key(pod), exc)
-            await self.notices.tell(
-                pod, state, names.REASON_PLACEMENT_CONFLICT, str(exc), condition=True, warning=True
-            )
-            return
-        if isinstance(result, NoFit):
-            if state.waiting_since is None:
-                state.waiting_since = state.seen_at
-            self.metrics.placement_failures.labels(result.primary_reason.value).inc()
-            await self.notices.tell(
-                pod, state, names.REASON_WAITING, result.message, condition=True,
-                event_key=result.primary_reason.value,
-            )  # fmt: skip
-            return
-        state.waiting_since = None
-        existing = self.allocs_by_pod.get(uid, set())
-        for alloc in result.allocations:
-            # In the cache, or created and on its way there: nothing to write.
-            if alloc.key in existing or self.expect.pending(Write.CREATE, alloc.key):
-                continue
-            try:
-                await self.api.create_allocation(allocation_body(alloc, pod))
-            except Exception:
-                # The bookings whose objects do not exist must not outlive
-                # the failed write; the ones created stay booked.
-                for other in result.allocations:
-                    if other.key not in self.allocs and not self.expect.pending(
-                        Write.CREATE, other.key
-                    ):
-                        self.ledger.remove_allocation(other.key)
-                raise
-            self.expect.sent(Write.CREATE, alloc.key)
-        log.info("pod %s placed on %s: vNPU %s", _key(pod), result.node, result.visible_devices)
+    async def _still_there(self, pod: Raw, state: PodState) -> bool:
+        """Before placing a gated pod one of whose allocations went without
+        us deleting it (the garbage collector does that when the owner pod is
+        gone): if the pod's deletion never reached the cache, placing it
+        again would loop (create, collected, create) for a pod that is gone."""
+        if not state.vanished:
+            return True
+        if await self.api.pod_gone(pod):
+            log.warning("pod %s is gone without a watch event; forgetting it", _key(pod))
+            self.pod_event("DELETED", pod)
+            return False
+        state.vanished.clear()
+        return True
 
     async def _pin(self, uid: str, pod: Raw, state: PodState, step: Step) -> None:
         if self.expect.pending(Write.UNGATE, uid):

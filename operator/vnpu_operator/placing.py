@@ -1,0 +1,114 @@
+"""The PLACE step: read the pod's request, choose node, chips and ids (or
+learn that nothing fits yet), and create the allocation objects.
+
+Placement decides and books in one synchronous ledger call, so pods placed
+concurrently never share capacity; the objects are created afterwards, and
+a booking whose object could not be created is given back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from vnpu_common import names
+from vnpu_operator.config import OperatorSettings
+from vnpu_operator.kubeapi import OperatorApi, allocation_body
+from vnpu_operator.metrics import OperatorMetrics
+from vnpu_operator.notices import Notices
+from vnpu_operator.placement import (
+    MAX_COUNT,
+    InvalidRequestError,
+    Ledger,
+    NoFit,
+    PlacementError,
+    PodRequest,
+)
+from vnpu_operator.placement.nofit_memo import NoFitMemo
+from vnpu_operator.podstate import Expectations, PodState, Write
+
+log = logging.getLogger(__name__)
+
+Raw = dict[str, Any]
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+class Placer:
+    def __init__(
+        self,
+        api: OperatorApi,
+        notices: Notices,
+        ledger: Ledger,
+        expect: Expectations,
+        settings: OperatorSettings,
+        metrics: OperatorMetrics,
+    ) -> None:
+        self.api = api
+        self.notices = notices
+        self.ledger = ledger
+        self.expect = expect
+        self.settings = settings
+        self.metrics = metrics
+        self._nofits = NoFitMemo()
+
+    def capacity_grew(self) -> None:
+        self._nofits.capacity_grew()
+
+    async def place(
+        self, pod: Raw, state: PodState, *, existing: Collection[str], cached: Collection[str]
+    ) -> None:
+        """`existing`: keys of the pod's allocations in the cache; `cached`:
+        every allocation key in the cache."""
+        try:
+            request = PodRequest.from_pod(pod)
+            # A new placement after a failure gets new object names: an agent
+            # still releasing the old objects must never mistake the new ones.
+            result = self._nofits.place(
+                self.ledger,
+                request,
+                self.settings.policy,
+                avoid=frozenset(state.avoid),
+                first_index=state.attempts * MAX_COUNT,
+            )
+        except InvalidRequestError as exc:
+            self.metrics.placement_failures.labels("invalid-request").inc()
+            await self.notices.tell(
+                pod, state, names.REASON_INVALID_REQUEST, str(exc), condition=True, warning=True
+            )
+            return
+        except PlacementError as exc:
+            log.error("pod %s: placement refused: %s", _key(pod), exc)
+            await self.notices.tell(
+                pod, state, names.REASON_PLACEMENT_CONFLICT, str(exc), condition=True, warning=True
+            )
+            return
+        if isinstance(result, NoFit):
+            if state.waiting_since is None:
+                state.waiting_since = state.seen_at
+            self.metrics.placement_failures.labels(result.primary_reason.value).inc()
+            await self.notices.tell(
+                pod, state, names.REASON_WAITING, result.message, condition=True,
+                event_key=result.primary_reason.value,
+            )  # fmt: skip
+            return
+        state.waiting_since = None
+        for alloc in result.allocations:
+            # In the cache, or created and on its way there: nothing to write.
+            if alloc.key in existing or self.expect.pending(Write.CREATE, alloc.key):
+                continue
+            try:
+                await self.api.create_allocation(allocation_body(alloc, pod))
+            except Exception:
+                # The bookings whose objects do not exist must not outlive
+                # the failed write; the ones created stay booked.
+                for other in result.allocations:
+                    if other.key not in cached and not self.expect.pending(Write.CREATE, other.key):
+                        self.ledger.remove_allocation(other.key)
+                raise
+            self.expect.sent(Write.CREATE, alloc.key)
+        log.info("pod %s placed on %s: vNPU %s", _key(pod), result.node, result.visible_devices)
