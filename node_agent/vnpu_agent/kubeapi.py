@@ -1,8 +1,9 @@
 """The agent's writes to the API server, each one request.
 
 Kept in one place so that the API economy (writes per pod lifecycle) is easy
-to audit: a status patch, a finalizer removal, the VNPUNode status, the
-Lease, and Events for what a user must see.
+to audit: a status patch, a finalizer removal, the VNPUNode status (and its
+restoration when someone else removed or changed it), the Lease, and Events
+for what a user must see.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from vnpu_common import names
 from vnpu_common.events import event_body
 from vnpu_common.patches import JSON_PATCH, MERGE, finalizer_removal, uid_guard
-from vnpu_common.rawcall import call
+from vnpu_common.rawcall import call, call_json
 
 log = logging.getLogger(__name__)
 
@@ -86,29 +87,69 @@ class AgentApi:
             if exc.status != 404:
                 raise
 
-    async def publish_node_status(self, node: str, status: dict[str, Any]) -> None:
-        """Patches the status; creates the VNPUNode first if it is missing."""
+    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Patches the status; creates the VNPUNode first if it is missing.
+        Returns the object the server then holds."""
         try:
-            await self._patch_node_status(node, status)
+            return await self._patch_node_status(node, status)
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            body = {
-                "apiVersion": names.API_VERSION,
-                "kind": names.NODE_KIND,
-                "metadata": {"name": node, "labels": {names.LABEL_NODE: node}},
-            }
-            await call(
-                self.custom.create_cluster_custom_object,
-                names.GROUP,
-                names.VERSION,
-                names.NODE_PLURAL,
-                body,
-            )
-            await self._patch_node_status(node, status)
+            await self._create_node(node)
+            return await self._patch_node_status(node, status)
 
-    async def _patch_node_status(self, node: str, status: dict[str, Any]) -> None:
+    async def restore_node(
+        self, node: str, status: dict[str, Any], *, exists: bool
+    ) -> dict[str, Any]:
+        """Puts back a VNPUNode someone else deleted or unlabelled (`exists`:
+        whether the object is believed to be there, without its label):
+        the object with its `vnpu.io/node` label, then the status. Returns
+        the object the server then holds."""
+        if exists:
+            try:
+                await self._label_node(node)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                await self._create_node(node)
+        else:
+            try:
+                await self._create_node(node)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                await self._label_node(node)
+        return await self._patch_node_status(node, status)
+
+    async def _create_node(self, node: str) -> None:
+        body = {
+            "apiVersion": names.API_VERSION,
+            "kind": names.NODE_KIND,
+            "metadata": {"name": node, "labels": {names.LABEL_NODE: node}},
+        }
         await call(
+            self.custom.create_cluster_custom_object,
+            names.GROUP,
+            names.VERSION,
+            names.NODE_PLURAL,
+            body,
+        )
+
+    async def _label_node(self, node: str) -> None:
+        await call(
+            self.custom.patch_cluster_custom_object,
+            names.GROUP,
+            names.VERSION,
+            names.NODE_PLURAL,
+            node,
+            {"metadata": {"labels": {names.LABEL_NODE: node}}},
+            _content_type=MERGE,
+        )
+
+    async def _patch_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
+        # The answer is read (unlike other writes): it is what the server
+        # made of this status, which the VNPUNode watch compares against.
+        obj: dict[str, Any] = await call_json(
             self.custom.patch_cluster_custom_object_status,
             names.GROUP,
             names.VERSION,
@@ -117,6 +158,7 @@ class AgentApi:
             {"status": status},
             _content_type=MERGE,
         )
+        return obj
 
     async def renew_lease(self, node: str, duration: int) -> None:
         now = dt.datetime.now(dt.UTC)

@@ -1,5 +1,6 @@
 """`vnpu-agent`: serves one node (DaemonSet) or many simulated nodes (demo,
-benchmarks) from one process, with one shared allocation watch."""
+benchmarks) from one process, with one shared allocation watch and one
+shared watch of its VNPUNodes."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.leases import LeaseRenewer
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
-from vnpu_agent.watcher import AllocationWatcher
+from vnpu_agent.watcher import AllocationWatcher, NodeWatcher
 from vnpu_common import __version__, names
 from vnpu_common.cli import configure_logging, serve_http
 
@@ -73,6 +74,7 @@ class Agent:
         self.metrics = AgentMetrics()
         self.nodes: dict[str, NodeAgent] = {}
         self.watcher: AllocationWatcher | None = None
+        self.node_watcher: NodeWatcher | None = None
         self.api_client: client.ApiClient | None = None
 
     async def _dispatch(self, kind: str, obj: dict[str, Any]) -> None:
@@ -80,6 +82,13 @@ class Agent:
         agent = self.nodes.get(node or "")
         if agent is not None:
             await agent.on_event(kind, obj)
+
+    async def _dispatch_node(self, kind: str, obj: dict[str, Any]) -> None:
+        # By name, not label: a VNPUNode relabelled to another node of this
+        # process is still the one of the node it is named after.
+        agent = self.nodes.get(obj.get("metadata", {}).get("name", ""))
+        if agent is not None:
+            await agent.on_node_event(kind, obj)
 
     def _leases(self, api: AgentApi) -> LeaseRenewer:
         duration = self.settings.lease_duration_seconds
@@ -125,6 +134,13 @@ class Agent:
             retry_max_seconds=s.retry_max_seconds,
         )
         watcher = self.watcher
+        self.node_watcher = NodeWatcher(
+            client.CustomObjectsApi(self.api_client),
+            s.nodes,
+            self._dispatch_node,
+            timeout_seconds=s.watch_timeout_seconds,
+            retry_max_seconds=s.retry_max_seconds,
+        )
         for node in s.nodes:
             driver = await build_driver(s, core, node)
             self.nodes[node] = NodeAgent(
@@ -135,6 +151,7 @@ class Agent:
         log.info("serving %d node(s) with the %s driver", len(self.nodes), s.driver)
         tasks = [
             asyncio.create_task(watcher.run(), name="watch"),
+            asyncio.create_task(self.node_watcher.run(), name="watch-vnpunodes"),
             asyncio.create_task(self._leases(api).run(), name="leases"),
             *(asyncio.create_task(a.run(), name=f"node-{n}") for n, a in self.nodes.items()),
         ]

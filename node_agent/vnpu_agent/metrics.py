@@ -43,6 +43,13 @@ class AgentMetrics:
             ["node"],
             registry=self.registry,
         )
+        self.node_restorations = Counter(
+            "vnpu_agent_vnpunode_restorations_total",
+            "The node's VNPUNode put back after someone else changed it, by what was "
+            "changed (deleted, unlabelled, status).",
+            ["node", "what"],
+            registry=self.registry,
+        )
 
     def driver_op(self, node: str, op: str, result: str, seconds: float) -> None:
         self.driver_ops.labels(node, op, result).inc()
@@ -53,6 +60,9 @@ class AgentMetrics:
 
     def released(self, node: str) -> None:
         self.releases.labels(node).inc()
+
+    def node_restored(self, node: str, what: str) -> None:
+        self.node_restorations.labels(node, what).inc()
 
     def watch(self, agents: Callable[[], Iterable[NodeAgent]]) -> None:
         self.registry.register(_StateCollector(agents))

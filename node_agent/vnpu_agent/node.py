@@ -3,14 +3,18 @@
 Driven by watch events (one allocation at a time, per node, in a queue) and
 by a periodic resync that re-reads the driver, recreates missing vNPUs of
 live allocations (reboots, vanished devices), checks chip health, collects
-orphans (see gc.py) and publishes the VNPUNode inventory.
+orphans (see gc.py) and publishes the VNPUNode inventory. A watch of the
+node's own VNPUNode puts it back when someone else deletes, unlabels or
+edits it.
 
 Invariants kept here:
 - a vNPU whose allocation exists and is not being deleted is never
   destroyed (the release path also refuses when another live allocation
   references the id);
 - the allocation finalizer is removed only after the vNPU is gone;
-- no API write happens when nothing changed.
+- no API write happens when nothing changed (the VNPUNode watch compares
+  what the server holds with what it answered our last write, so our own
+  writes echoing back cause none).
 """
 
 from __future__ import annotations
@@ -62,6 +66,11 @@ T = TypeVar("T")
 # allocation stays Failed (the operator then places the pod elsewhere).
 MAX_CREATE_ATTEMPTS = 5
 
+# How long a VNPUNode that differs from our last write may stay so before it
+# is restored: a watch event can be older than the answer to our latest
+# write (the echo of the write before it), and the next event settles that.
+RESTORE_SETTLE_SECONDS = 1.0
+
 
 class NodeAgent:
     def __init__(
@@ -104,6 +113,17 @@ class NodeAgent:
         self._last_status: dict[str, Any] | None = None
         self._last_publish = -1e9
         self._publish_pending: asyncio.TimerHandle | None = None
+        self._publish_lock = asyncio.Lock()
+        # What the server holds of this node's VNPUNode, from the VNPUNode
+        # watch and the answers to our writes: the object, or None once it is
+        # gone (or lost its label); nothing is known before the first list.
+        self._observed: dict[str, Any] | None = None
+        self._observed_known = False
+        self._node_events = 0
+        # The status the server answered our last write with.
+        self._published: dict[str, Any] | None = None
+        self._restore_pending: asyncio.TimerHandle | None = None
+        self._force_publish = False
         self._node_conditions: list[Condition] = []
         self.driver_ok = False
         self._health_seen: dict[int, bool] = {}
@@ -505,6 +525,11 @@ class NodeAgent:
         task.add_done_callback(_log_task_error)
 
     async def publish(self) -> None:
+        # One write at a time: its answer is what later events compare with.
+        async with self._publish_lock:
+            await self._publish()
+
+    async def _publish(self) -> None:
         if self.driver_ok:
             with contextlib.suppress(DriverError):
                 self.chips = await self._drv("list_chips", self.driver.list_chips)
@@ -516,11 +541,68 @@ class NodeAgent:
             allocations=self.allocs.values(),
             conditions=self._node_conditions,
         )
-        if status == self._last_status:
+        if status == self._last_status and not self._force_publish:
             return
         self._last_publish = self.clock()
-        await self.api.publish_node_status(self.node, status)
+        missing = self._observed_known and self._observed is None
+        events = self._node_events
+        if missing or (self._observed is not None and not self._labelled(self._observed)):
+            obj = await self.api.restore_node(self.node, status, exists=not missing)
+        else:
+            obj = await self.api.publish_node_status(self.node, status)
         self._last_status = status
+        self._force_publish = False
+        self._published = obj.get("status")
+        if self._node_events == events:
+            # The answer is the newest state we know of, unless the watch said
+            # something meanwhile: that may be newer (a deletion right after).
+            self._observed, self._observed_known = obj, True
+
+    # -- own VNPUNode ------------------------------------------------------
+
+    async def on_node_event(self, kind: str, obj: dict[str, Any]) -> None:
+        """An event of the VNPUNode watch for this node (DELETED also when
+        the object lost the label the watch selects on)."""
+        self._observed = None if kind == "DELETED" else obj
+        self._observed_known = True
+        self._node_events += 1
+        if self._node_differs() and self._restore_pending is None:
+            self._restore_pending = asyncio.get_running_loop().call_later(
+                RESTORE_SETTLE_SECONDS, self._check_restore
+            )
+
+    def _labelled(self, obj: dict[str, Any]) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        return bool(labels.get(names.LABEL_NODE) == self.node)
+
+    def _node_differs(self) -> str | None:
+        """How the VNPUNode the server holds differs from our last write, or
+        None. Before our first write nothing differs: that write comes
+        anyway."""
+        if self._published is None or not self._observed_known:
+            return None
+        if self._observed is None:
+            return "deleted"
+        if not self._labelled(self._observed):
+            return "unlabelled"
+        if self._observed.get("status") != self._published:
+            return "status"
+        return None
+
+    def _check_restore(self) -> None:
+        self._restore_pending = None
+        loop = asyncio.get_running_loop()
+        if self._publish_lock.locked():
+            # A write of ours is in flight: its answer decides; look again.
+            self._restore_pending = loop.call_later(RESTORE_SETTLE_SECONDS, self._check_restore)
+            return
+        what = self._node_differs()
+        if what is None:
+            return
+        log.warning("VNPUNode %s changed by someone else (%s); restoring it", self.node, what)
+        self.metrics.node_restored(self.node, what)
+        self._force_publish = True
+        self._mark_dirty()
 
 
 def _log_task_error(task: asyncio.Task[None]) -> None:

@@ -1,4 +1,5 @@
-"""List-then-watch of the allocations of this agent's node(s).
+"""List-then-watch of this agent's objects, selected by the `vnpu.io/node`
+label of its node(s): the allocations it serves and its own VNPUNodes.
 
 Keeps a cache that is *synced* only between a successful list and the next
 broken stream. The garbage collector reads `synced` and collects nothing
@@ -46,10 +47,14 @@ def key_of(obj: dict[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-class AllocationWatcher:
+class ListWatcher:
+    """One label-selected list-then-watch of a vnpu.io resource, all
+    namespaces (or cluster-scoped)."""
+
     def __init__(
         self,
         api: client.CustomObjectsApi,
+        plural: str,
         nodes: Iterable[str],
         handler: Handler,
         *,
@@ -57,6 +62,7 @@ class AllocationWatcher:
         retry_max_seconds: float = 30.0,
     ) -> None:
         self._api = api
+        self.plural = plural
         self.selector = label_selector(nodes)
         self._handler = handler
         self._timeout = timeout_seconds
@@ -80,7 +86,7 @@ class AllocationWatcher:
                 raise
             except ApiException as exc:
                 if exc.status == 410:
-                    log.info("watch expired (410 Gone); re-listing")
+                    log.info("%s watch expired (410 Gone); re-listing", self.plural)
                     self._broken()
                     continue
                 failures += 1
@@ -99,12 +105,12 @@ class AllocationWatcher:
 
     async def _backoff(self, failures: int, why: str) -> None:
         delay = self._retry.delay(failures)
-        log.warning("allocation watch failed (%s); retrying in %.1fs", why, delay)
+        log.warning("%s watch failed (%s); retrying in %.1fs", self.plural, why, delay)
         await asyncio.sleep(delay)
 
     async def _list(self) -> None:
         result = await self._api.list_cluster_custom_object(
-            names.GROUP, names.VERSION, names.ALLOCATION_PLURAL, label_selector=self.selector
+            names.GROUP, names.VERSION, self.plural, label_selector=self.selector
         )
         fresh = {key_of(obj): obj for obj in result.get("items", [])}
         gone = [obj for k, obj in self.cache.items() if k not in fresh]
@@ -124,7 +130,7 @@ class AllocationWatcher:
                 self._api.list_cluster_custom_object,
                 names.GROUP,
                 names.VERSION,
-                names.ALLOCATION_PLURAL,
+                self.plural,
                 label_selector=self.selector,
                 resource_version=self.resource_version,
                 allow_watch_bookmarks=True,
@@ -147,3 +153,49 @@ class AllocationWatcher:
                 await self._handler(kind, obj)
         finally:
             await w.close()
+
+
+class AllocationWatcher(ListWatcher):
+    """The allocations of this agent's node(s)."""
+
+    def __init__(
+        self,
+        api: client.CustomObjectsApi,
+        nodes: Iterable[str],
+        handler: Handler,
+        *,
+        timeout_seconds: int = 300,
+        retry_max_seconds: float = 30.0,
+    ) -> None:
+        super().__init__(
+            api,
+            names.ALLOCATION_PLURAL,
+            nodes,
+            handler,
+            timeout_seconds=timeout_seconds,
+            retry_max_seconds=retry_max_seconds,
+        )
+
+
+class NodeWatcher(ListWatcher):
+    """This agent's own VNPUNodes: what the server holds of the inventory it
+    publishes, so that a VNPUNode changed or removed by someone else is
+    noticed (NodeAgent.on_node_event)."""
+
+    def __init__(
+        self,
+        api: client.CustomObjectsApi,
+        nodes: Iterable[str],
+        handler: Handler,
+        *,
+        timeout_seconds: int = 300,
+        retry_max_seconds: float = 30.0,
+    ) -> None:
+        super().__init__(
+            api,
+            names.NODE_PLURAL,
+            nodes,
+            handler,
+            timeout_seconds=timeout_seconds,
+            retry_max_seconds=retry_max_seconds,
+        )

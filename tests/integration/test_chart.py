@@ -399,6 +399,9 @@ AGENT_ALLOWED = [
     ("patch", "vnpuallocations.vnpu.io", None),
     ("patch", "vnpuallocations.vnpu.io/status", None),
     ("create", "vnpunodes.vnpu.io", None),
+    ("list", "vnpunodes.vnpu.io", None),
+    ("watch", "vnpunodes.vnpu.io", None),
+    ("patch", "vnpunodes.vnpu.io", None),
     ("patch", "vnpunodes.vnpu.io/status", None),
     ("create", "leases.coordination.k8s.io", NAMESPACE),
     ("patch", "leases.coordination.k8s.io", NAMESPACE),
@@ -412,7 +415,7 @@ AGENT_DENIED = [
     ("create", "vnpuallocations.vnpu.io", None),
     ("delete", "vnpuallocations.vnpu.io", None),
     ("delete", "vnpunodes.vnpu.io", None),
-    ("patch", "vnpunodes.vnpu.io", None),
+    ("update", "vnpunodes.vnpu.io", None),
     ("create", "leases.coordination.k8s.io", "default"),
     ("list", "nodes", None),
     ("patch", "nodes", None),
@@ -531,6 +534,22 @@ def test_agent_is_scoped_to_its_node(plane: LocalPlane, release: str, namespace:
         assert status == expected, body
     status, body = agent.request("PATCH", f"{nodes}/{NODE_A}/status", {"status": {}}, MERGE)
     assert status == 200, body
+    # Its VNPUNode keeps the label vnpu.io/node=<its node>: the agent may put it back after
+    # someone removed it, never remove it or point it at another node.
+    label: dict[str, Any] = {"metadata": {"labels": {names.LABEL_NODE: None}}}
+    status, body = agent.request("PATCH", f"{nodes}/{NODE_A}", label, MERGE)
+    assert status == 403, body
+    assert f"labelled vnpu.io/node={NODE_A}" in body["message"]
+    label = {"metadata": {"labels": {names.LABEL_NODE: NODE_B}}}
+    status, body = agent.request("PATCH", f"{nodes}/{NODE_A}", label, MERGE)
+    assert status == 403, body
+    plane.kubectl("label", names.NODE_PLURAL, NODE_A, f"{names.LABEL_NODE}-")
+    status, body = agent.request("PATCH", f"{nodes}/{NODE_A}/status", {"status": {}}, MERGE)
+    assert status == 200, body
+    label = {"metadata": {"labels": {names.LABEL_NODE: NODE_A}}}
+    status, body = agent.request("PATCH", f"{nodes}/{NODE_A}", label, MERGE)
+    assert status == 200, body
+    assert body["metadata"]["labels"] == {names.LABEL_NODE: NODE_A}
 
     leases = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
     for node, expected in ((NODE_A, 201), (NODE_B, 403)):

@@ -1,0 +1,180 @@
+"""NodeAgent's bookkeeping of its own VNPUNode, event by event: the orders
+of events and write answers the real plane produces too rarely to test
+there (a late echo of an earlier write, a deletion while a write is in
+flight). The end-to-end behaviour is tested in
+tests/integration/test_agent_vnpunode.py."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from vnpu_agent import node as node_module
+from vnpu_agent.config import AgentSettings
+from vnpu_agent.drivers.sim import SimDriver
+from vnpu_agent.kubeapi import AgentApi
+from vnpu_agent.metrics import AgentMetrics
+from vnpu_agent.node import NodeAgent
+from vnpu_common import names
+
+SETTLE = 0.05
+
+
+class RecordingApi:
+    """Stands in for AgentApi's VNPUNode writes: keeps the one object a
+    server would hold and answers each write with it."""
+
+    def __init__(self) -> None:
+        self.obj: dict[str, Any] | None = None
+        self.rv = 0
+        self.writes: list[str] = []
+        self.gate: asyncio.Event | None = None  # holds a write in flight while set
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.obj is not None
+        self.rv += 1
+        self.obj["metadata"]["resourceVersion"] = str(self.rv)
+        return copy.deepcopy(self.obj)
+
+    def _create(self, node: str) -> None:
+        self.obj = {"metadata": {"name": node, "labels": {names.LABEL_NODE: node}}}
+
+    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append("status")
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.obj is None:
+            self._create(node)
+        assert self.obj is not None
+        self.obj["status"] = copy.deepcopy(status)
+        return self._answer()
+
+    async def restore_node(
+        self, node: str, status: dict[str, Any], *, exists: bool
+    ) -> dict[str, Any]:
+        self.writes.append(f"restore(exists={exists})")
+        if self.obj is None:
+            self._create(node)
+        assert self.obj is not None
+        self.obj["metadata"]["labels"] = {names.LABEL_NODE: node}
+        self.obj["status"] = copy.deepcopy(status)
+        return self._answer()
+
+
+@pytest.fixture
+def api() -> RecordingApi:
+    return RecordingApi()
+
+
+@pytest.fixture
+async def agent(tmp_path: Path, api: RecordingApi, monkeypatch: pytest.MonkeyPatch) -> NodeAgent:
+    monkeypatch.setattr(node_module, "RESTORE_SETTLE_SECONDS", SETTLE)
+    settings = AgentSettings(
+        simulate_nodes=["n1"],
+        state_dir=tmp_path / "state",
+        cdi_dir=tmp_path / "cdi",
+        inventory_min_interval_seconds=0,
+    )
+    driver = SimDriver(tmp_path / "sim.json", "910B3=2")
+    agent = NodeAgent(
+        "n1", driver, cast(AgentApi, api), settings, AgentMetrics(), synced=lambda: True
+    )
+    await agent.refresh_driver()
+    return agent
+
+
+def served(api: RecordingApi) -> dict[str, Any]:
+    """A copy of the object the fake server holds."""
+    assert api.obj is not None
+    return copy.deepcopy(api.obj)
+
+
+async def settle() -> None:
+    """Past the settle delay and the (zero) coalescing interval, and the publish it starts."""
+    await asyncio.sleep(SETTLE * 4)
+
+
+async def test_a_late_echo_of_an_earlier_write_causes_no_write(
+    agent: NodeAgent, api: RecordingApi
+) -> None:
+    await agent.publish()
+    first = copy.deepcopy(api.obj)
+    agent.chips[0] = dataclasses.replace(agent.chips[0], aicore_free=0)
+    agent.driver_ok = False  # keep the edited chip: publish must not re-read the driver
+    await agent.publish()
+    assert api.writes == ["status", "status"]
+    # The watch delivers the first write's echo after the second write's answer...
+    assert first is not None
+    await agent.on_node_event("MODIFIED", first)
+    # ...and the second's right behind it, within the settle delay.
+    await agent.on_node_event("MODIFIED", served(api))
+    await settle()
+    assert api.writes == ["status", "status"]
+
+
+async def test_a_status_edited_by_someone_else_is_written_back(
+    agent: NodeAgent, api: RecordingApi
+) -> None:
+    await agent.publish()
+    assert api.obj is not None
+    ours = copy.deepcopy(api.obj["status"])
+    api.obj["status"]["chips"][0]["aicoreFree"] = 0
+    await agent.on_node_event("MODIFIED", copy.deepcopy(api.obj))
+    assert api.writes == ["status"]  # not at once: the settle delay first
+    await settle()
+    assert api.writes == ["status", "status"]
+    assert api.obj["status"] == ours
+    await agent.on_node_event("MODIFIED", copy.deepcopy(api.obj))  # the restoration's echo
+    await settle()
+    assert api.writes == ["status", "status"]
+
+
+async def test_a_deletion_during_a_write_is_not_hidden_by_its_answer(
+    agent: NodeAgent, api: RecordingApi
+) -> None:
+    await agent.publish()
+    await agent.on_node_event("ADDED", served(api))
+    api.gate = asyncio.Event()
+    agent.driver_ok = False
+    agent.chips.pop()  # a change, so that publish writes
+    write = asyncio.create_task(agent.publish())
+    await asyncio.sleep(0)
+    assert api.writes[-1] == "status"
+    # Deleted while the write is in flight (its answer still shows the object).
+    answer_before_delete = served(api)
+    await agent.on_node_event("DELETED", answer_before_delete)
+    api.gate.set()
+    await write
+    api.gate = None
+    api.obj = None  # the deletion wins on the server
+    await settle()
+    await settle()
+    assert api.writes[-1] == "restore(exists=False)"
+    assert served(api)["metadata"]["labels"] == {names.LABEL_NODE: "n1"}
+
+
+async def test_a_relabelled_vnpunode_gets_its_label_back(
+    agent: NodeAgent, api: RecordingApi
+) -> None:
+    await agent.publish()
+    assert api.obj is not None
+    api.obj["metadata"]["labels"] = {names.LABEL_NODE: "n2"}  # another node of this process
+    await agent.on_node_event("MODIFIED", copy.deepcopy(api.obj))
+    await settle()
+    assert api.writes == ["status", "restore(exists=True)"]
+    assert api.obj["metadata"]["labels"] == {names.LABEL_NODE: "n1"}
+
+
+async def test_nothing_is_compared_before_the_first_write(
+    agent: NodeAgent, api: RecordingApi
+) -> None:
+    # The watch lists the VNPUNode an earlier run of the agent left: the
+    # agent's first publish writes anyway, no restoration is due.
+    await agent.on_node_event("SYNC", {"metadata": {"name": "n1"}, "status": {"driver": "x"}})
+    await settle()
+    assert api.writes == []
