@@ -67,3 +67,15 @@ app.kubernetes.io/component: agent
 {{- define "vnpu.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{- /*
+The operator's username as the API server sees it: protection.operatorUsername, else the
+operator ServiceAccount's. The protection policies exempt exactly this identity.
+*/ -}}
+{{- define "vnpu.operator.username" -}}
+{{- if .Values.protection.operatorUsername -}}
+{{- .Values.protection.operatorUsername -}}
+{{- else -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "vnpu.operator.serviceAccountName" .) -}}
+{{- end -}}
+{{- end -}}
