@@ -206,7 +206,9 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     say("floor: stopping the operator (and its webhooks); same churn and burst, no logic")
     await asyncio.to_thread(cluster.stop_operator)
     await tracker.stop()
-    fapi = await load.api_client(kube, load.FLOOR_UA, args.concurrency)
+    # The floor writes what the operator writes, so it needs the operator's identity: the
+    # protection policies let nobody else create allocations or ungate pods.
+    fapi = await load.api_client(plane.operator_kubeconfig, load.FLOOR_UA, args.concurrency)
     ftracker = load.Tracker(core, "bench-floor", load.FLOOR_GATE)
     ftracker.start()
     await ftracker.synced.wait()

@@ -199,7 +199,9 @@ class AgentProcess(ServiceProcess):
 
 
 class OperatorProcess(ServiceProcess):
-    """`vnpu-operator` with its admission webhooks registered on a loopback URL."""
+    """`vnpu-operator` with its admission webhooks registered on a loopback URL, as the
+    operator's own identity (`LocalPlane.operator_kubeconfig`), which the protection
+    policies exempt; a `--kubeconfig` in `extra` overrides it."""
 
     what = "operator"
     module = "vnpu_operator.main"
@@ -230,7 +232,7 @@ class OperatorProcess(ServiceProcess):
         unless `ready_timeout` is 0."""
         self.port = free_port()
         args = [
-            f"--kubeconfig={self.plane.kubeconfig}",
+            f"--kubeconfig={self.plane.operator_kubeconfig}",
             f"--agent-namespace={AGENT_NAMESPACE}",
             "--metrics-host=127.0.0.1",
             f"--metrics-port={self.port}",

@@ -35,8 +35,10 @@ from typing import Any
 
 import yaml
 
+from localplane import policies
 from localplane.nodes import NodeSpec, node_manifest
-from vnpu_common import certs
+from localplane.waiting import wait_for
+from vnpu_common import certs, names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "plane" / "build.sh"
@@ -143,6 +145,7 @@ class LocalPlane:
         self.ports = Ports.pick()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._stopped = False
+        self._policies_installed = False
 
     # -- paths -------------------------------------------------------------
 
@@ -156,7 +159,15 @@ class LocalPlane:
 
     @property
     def kubeconfig(self) -> Path:
+        """The admin's: client certificate in group system:masters."""
         return self.workdir / "kubeconfig"
+
+    @property
+    def operator_kubeconfig(self) -> Path:
+        """The operator's own identity (`policies.OPERATOR_USER`, in group system:masters
+        so that its RBAC is unrestricted here): the protection policies recognise the
+        operator's requests by this username, as they do the chart's ServiceAccount."""
+        return self.workdir / "operator.kubeconfig"
 
     @property
     def audit_log(self) -> Path:
@@ -184,6 +195,7 @@ class LocalPlane:
             t0 = time.monotonic()
             self._write_pki()
             self._write_kubeconfig(self.kubeconfig, "admin")
+            self._write_kubeconfig(self.operator_kubeconfig, policies.OPERATOR_USER)
             progress("starting etcd")
             self._start_etcd()
             progress("starting kube-apiserver")
@@ -193,6 +205,8 @@ class LocalPlane:
             self._start_scheduler()
             self._start_kwok()
             self._wait_controllers()
+            progress("installing the protection policies")
+            self.install_policies()
             progress(f"control plane ready in {time.monotonic() - t0:.1f}s")
         except BaseException:
             self.stop()
@@ -274,6 +288,16 @@ class LocalPlane:
         certs.issue(
             ca, "admin", organizations=("system:masters",), server=False, client=True
         ).write(self.pki / "admin.crt", self.pki / "admin.key")
+        certs.issue(
+            ca,
+            policies.OPERATOR_USER,
+            organizations=("system:masters",),
+            server=False,
+            client=True,
+        ).write(
+            self.pki / f"{policies.OPERATOR_USER}.crt",
+            self.pki / f"{policies.OPERATOR_USER}.key",
+        )
         sa_key, sa_pub = certs.rsa_keypair()
         (self.pki / "sa.key").write_bytes(sa_key)
         (self.pki / "sa.pub").write_bytes(sa_pub)
@@ -509,12 +533,18 @@ class LocalPlane:
         return env
 
     def kubectl(
-        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60
+        self,
+        *args: str,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float = 60,
+        kubeconfig: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
+        """kubectl as the admin, or as whoever `kubeconfig` names."""
         proc = subprocess.run(
             [
                 self.binary("kubectl"),
-                f"--kubeconfig={self.kubeconfig}",
+                f"--kubeconfig={kubeconfig or self.kubeconfig}",
                 f"--cache-dir={self.workdir / 'kube-cache'}",
                 *args,
             ],
@@ -526,6 +556,31 @@ class LocalPlane:
         if check and proc.returncode != 0:
             raise PlaneError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc
+
+    def token_kubeconfig(self, path: Path, sa: str, namespace: str, *bound: str) -> Path:
+        """A kubeconfig at `path` for ServiceAccount `namespace/sa` with a bearer token
+        (`kubectl create token`, `bound` its extra flags such as
+        `--bound-object-kind=Node`): the admin's server and CA, no client certificate."""
+        token = self.kubectl(
+            "create", "token", sa, "-n", namespace, "--duration=1h", *bound
+        ).stdout.strip()
+        if not token:
+            raise PlaneError(f"no token for {namespace}/{sa}")
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "localplane",
+                    "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)},
+                }
+            ],
+            "users": [{"name": sa, "user": {"token": token}}],
+            "contexts": [{"name": sa, "context": {"cluster": "localplane", "user": sa}}],
+            "current-context": sa,
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
 
     def get_json(self, *args: str, timeout: float = 60) -> Any:
         """`kubectl get <args> -o json`, parsed; None where kubectl fails
@@ -555,7 +610,57 @@ class LocalPlane:
         )
         # kubectl's discovery cache predates the new resources and categories.
         shutil.rmtree(self.workdir / "kube-cache", ignore_errors=True)
+        if self._policies_installed:
+            # Started before the CRDs: only now can the allocation policy be probed.
+            self._wait_policies(enforced=True)
         return crd_names
+
+    # -- protection policies -----------------------------------------------
+
+    def install_policies(self) -> None:
+        """Applies the chart's protection policies (`localplane.policies`), exempting the
+        operator's local identity; `start` does, before any of our components runs. Once
+        the allocation CRD exists, waits until the API server enforces them."""
+        self.apply(self._policy_manifests())
+        self._policies_installed = True
+        if self._allocation_crd_established():
+            self._wait_policies(enforced=True)
+
+    def remove_policies(self) -> None:
+        """Deletes them and waits until they no longer apply: a release of the chart
+        brings its own, exempting its ServiceAccount, and with both every operator would be
+        refused by one of them. Tests that install the chart call this first and
+        `install_policies` after uninstalling it."""
+        self.kubectl("delete", "--ignore-not-found", "-f", "-", input=self._policy_manifests())
+        self._policies_installed = False
+        if self._allocation_crd_established():
+            self._wait_policies(enforced=False)
+
+    def _policy_manifests(self) -> str:
+        return policies.render(self.binary("helm"), self.workdir / "helm-policies")
+
+    def _allocation_crd_established(self) -> bool:
+        crd = self.get_json("crd", f"{names.ALLOCATION_PLURAL}.{names.GROUP}") or {}
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    def _wait_policies(self, *, enforced: bool) -> None:
+        """Policies apply once the API server's informer has them, a moment after the
+        write: probes with a dry-run allocation created by the admin."""
+        probe = yaml.safe_dump(policies.probe_allocation())
+
+        def settled() -> bool:
+            out = self.kubectl(
+                "create", "--dry-run=server", "-n", "default", "-f", "-",
+                input=probe, check=False,
+            )  # fmt: skip
+            if out.returncode == 0:
+                return not enforced
+            if policies.NOT_THE_OPERATOR in out.stderr:
+                return enforced
+            raise PlaneError(f"policy probe failed: {out.stderr.strip()}")
+
+        wait_for(f"protection policies {'enforced' if enforced else 'lifted'}", settled, 30)
 
     def add_nodes(self, specs: Sequence[NodeSpec], *, wait: bool = True) -> None:
         """Creates kwok nodes and waits until kwok reports them Ready."""

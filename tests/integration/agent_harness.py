@@ -43,7 +43,11 @@ def allocation(
 
 
 def create(plane: LocalPlane, namespace: str, obj: dict[str, Any]) -> None:
-    plane.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
+    """Creates `obj` as the operator: nobody else may create allocations."""
+    plane.kubectl(
+        "create", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj),
+        kubeconfig=plane.operator_kubeconfig,
+    )  # fmt: skip
 
 
 def get_alloc(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any] | None:

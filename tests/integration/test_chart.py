@@ -24,7 +24,7 @@ import pytest
 import yaml
 from chart_harness import CHART, RELEASE, adopt_crds, helm, template
 
-from localplane import LocalPlane, NodeSpec
+from localplane import LocalPlane, NodeSpec, policies
 from localplane.waiting import wait_for as shared_wait_for
 from vnpu_common import names
 from vnpu_common.patches import JSON_PATCH, MERGE
@@ -202,6 +202,104 @@ def test_webhook_configurations_match_what_the_operator_registers(plane: LocalPl
     assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in ports
 
 
+PROTECTIONS = ("pod-protection", "binding-protection", "allocation-protection")
+
+
+def _protection(plane: LocalPlane, *values: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The rendered admission policies and bindings of templates/protection.yaml."""
+    docs = render(plane, "--show-only", "templates/protection.yaml", *values)
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def _operator_checks(docs: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """The CEL expressions of the three policies that name the operator."""
+    policy = "ValidatingAdmissionPolicy"
+    pods = docs[(policy, f"{RELEASE}-pod-protection")]["spec"]
+    binding = docs[(policy, f"{RELEASE}-binding-protection")]["spec"]
+    allocations = docs[(policy, f"{RELEASE}-allocation-protection")]["spec"]
+    return [
+        *(c["expression"] for c in pods["matchConditions"] if c["name"] == "not-the-operator"),
+        *(c["expression"] for c in binding["matchConditions"] if c["name"] == "not-the-operator"),
+        allocations["validations"][0]["expression"],
+    ]
+
+
+def test_protection_policies_name_the_release_operator_and_exempt_groups(
+    plane: LocalPlane,
+) -> None:
+    docs = _protection(plane)
+    for what in PROTECTIONS:
+        name = f"{RELEASE}-{what}"
+        assert docs[("ValidatingAdmissionPolicy", name)]["spec"]["failurePolicy"] == "Fail"
+        binding = docs[("ValidatingAdmissionPolicyBinding", name)]["spec"]
+        assert binding == {"policyName": name, "validationActions": ["Deny"]}
+    assert len(docs) == 2 * len(PROTECTIONS)
+
+    def named(docs: dict[tuple[str, str], dict[str, Any]], username: str) -> None:
+        checks = _operator_checks(docs)
+        assert len(checks) == 3
+        for expression in checks:
+            assert f'"{username}"' in expression, expression
+
+    named(docs, f"system:serviceaccount:{NAMESPACE}:{OPERATOR_SA}")
+    named(
+        _protection(plane, "--set", "operator.serviceAccount.name=custom-op"),
+        f"system:serviceaccount:{NAMESPACE}:custom-op",
+    )
+    named(_protection(plane, "--set", "protection.operatorUsername=someone"), "someone")
+
+    def exempt(docs: dict[tuple[str, str], dict[str, Any]]) -> set[str]:
+        expressions = {
+            c["expression"]
+            for d in docs.values()
+            for c in d["spec"].get("matchConditions", [])
+            if c["name"] == "not-exempt"
+        }
+        assert len(expressions) == 1, expressions  # the pod and the binding policy alike
+        return expressions
+
+    assert exempt(docs) == {
+        "!has(request.userInfo.groups) || !request.userInfo.groups.exists(g, g in "
+        '["system:masters"])'
+    }
+    (custom,) = exempt(
+        _protection(plane, "--set-json", 'protection.exemptGroups=["ops","cluster admins"]')
+    )
+    assert custom.endswith('g in ["ops","cluster admins"])'), custom
+    (none,) = exempt(_protection(plane, "--set-json", "protection.exemptGroups=[]"))
+    assert none.endswith("g in [])"), none
+    rendered = render(plane, "--set", "protection.enabled=false")
+    assert not [d for d in rendered if d["metadata"]["name"].endswith("-protection")]
+
+    # Every name the policies protect is the one the components use.
+    pods = json.dumps(docs[("ValidatingAdmissionPolicy", f"{RELEASE}-pod-protection")]["spec"])
+    for key in (
+        names.ANN_TEMPLATE, names.ANN_COUNT, names.ANN_CHIP_MODEL, names.ANN_CONTAINERS,
+        names.ANN_VISIBLE_DEVICES, names.SCHEDULING_GATE, names.POD_FINALIZER,
+    ):  # fmt: skip
+        assert f"'{key}'" in pods, key
+    allocations = docs[("ValidatingAdmissionPolicy", f"{RELEASE}-allocation-protection")]
+    assert f"'{names.LABEL_NODE}'" in json.dumps(allocations["spec"])
+    rules = allocations["spec"]["matchConstraints"]["resourceRules"]
+    assert [r["resources"] for r in rules] == [[names.ALLOCATION_PLURAL]]
+
+
+def test_the_local_plane_runs_the_charts_protection_policies(plane: LocalPlane) -> None:
+    """One source: what the local plane installs is the chart's template, rendered for the
+    local operator's identity."""
+    docs = _protection(
+        plane, "--set", f"protection.operatorUsername={policies.OPERATOR_USER}",
+    )  # fmt: skip
+    for what in PROTECTIONS:
+        shipped = docs[("ValidatingAdmissionPolicy", f"{RELEASE}-{what}")]["spec"]
+        local = get_json(plane, "validatingadmissionpolicy", f"{policies.RELEASE}-{what}")["spec"]
+        for key in ("matchConditions", "validations"):
+            assert local.get(key) == shipped.get(key), (what, key)
+        assert local["matchConstraints"]["resourceRules"] == [
+            {**r, "scope": "*"} for r in shipped["matchConstraints"]["resourceRules"]
+        ]
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
@@ -284,9 +382,12 @@ def release(plane: LocalPlane) -> Iterator[str]:
         ]
     )
     adopt_crds(plane, NAMESPACE)
+    # The release brings the protection policies for its own operator ServiceAccount.
+    plane.remove_policies()
     helm(plane, "install", RELEASE, str(CHART), "-n", NAMESPACE, *SIM_VALUES)
     yield RELEASE
     helm(plane, "uninstall", RELEASE, "-n", NAMESPACE, check=False)
+    plane.install_policies()
 
 
 def test_install_creates_the_objects(plane: LocalPlane, release: str) -> None:
@@ -477,8 +578,12 @@ def _allocation(namespace: str, node: str) -> dict[str, Any]:
 
 
 def test_agent_is_scoped_to_its_node(plane: LocalPlane, release: str, namespace: str) -> None:
+    base = f"/apis/{names.API_VERSION}/namespaces/{namespace}/{names.ALLOCATION_PLURAL}"
+    # Only the operator creates allocations (the chart's allocation-protection policy).
+    operator = token(plane, OPERATOR_SA)
     for node in (NODE_A, NODE_B):
-        plane.apply(_allocation(namespace, node))
+        status, body = operator.request("POST", base, _allocation(namespace, node))
+        assert status == 201, body
     # The credential the agent pod on NODE_A really gets: its projected token carries
     # the node name (ServiceAccountTokenPodNodeInfo, on by default in 1.34).
     agent = token(
@@ -490,7 +595,6 @@ def test_agent_is_scoped_to_its_node(plane: LocalPlane, release: str, namespace:
     extra = agent.whoami()["extra"]
     assert extra["authentication.kubernetes.io/node-name"] == [NODE_A]
 
-    base = f"/apis/{names.API_VERSION}/namespaces/{namespace}/{names.ALLOCATION_PLURAL}"
     ready = {"status": {"phase": names.PHASE_READY}}
     status, body = agent.request("PATCH", f"{base}/alloc-{NODE_A}/status", ready, MERGE)
     assert status == 200, body

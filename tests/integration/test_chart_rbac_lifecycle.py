@@ -58,32 +58,8 @@ def installed(plane: LocalPlane) -> bool:
 
 
 def token_kubeconfig(plane: LocalPlane, path: Path, sa: str, *bound: str) -> Path:
-    """A kubeconfig for `sa` with a bearer token: the admin kubeconfig's server and CA,
-    no client certificate."""
-    admin = yaml.safe_load(plane.kubeconfig.read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    token = plane.kubectl(
-        "create", "token", sa, "-n", NAMESPACE, "--duration=1h", *bound
-    ).stdout.strip()
-    assert token
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "localplane",
-                "cluster": {
-                    "server": cluster["server"],
-                    "certificate-authority": cluster["certificate-authority"],
-                },
-            }
-        ],
-        "users": [{"name": sa, "user": {"token": token}}],
-        "contexts": [{"name": sa, "context": {"cluster": "localplane", "user": sa}}],
-        "current-context": sa,
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
+    """A kubeconfig with a bearer token of `sa` in the release namespace."""
+    return plane.token_kubeconfig(path, sa, NAMESPACE, *bound)
 
 
 def whoami(plane: LocalPlane, kubeconfig: Path) -> dict[str, Any]:
@@ -133,6 +109,8 @@ def release(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iter
     if plane.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
         plane.kubectl("create", "namespace", NAMESPACE)
     adopt_crds(plane, NAMESPACE)
+    # The release brings the protection policies for its own operator ServiceAccount.
+    plane.remove_policies()
     helm(plane, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--set", "agent.driver=sim")
     rel: Release | None = None
     try:
@@ -190,6 +168,7 @@ def release(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iter
             # Later modules create vNPU pods without an operator: no webhook may be left.
             for kind in WEBHOOK_KINDS:
                 plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, check=False)
+            plane.install_policies()
             for node in NODES:
                 plane.kubectl("delete", "node", node, "--wait=false", check=False)
                 plane.kubectl("delete", "vnpunode", node, "--wait=false", check=False)

@@ -22,7 +22,8 @@ METRIC = "vnpu_operator_api_errors_total"
 async def test_refused_writes_are_counted_by_operation_and_status(
     plane: LocalPlane, namespace: str
 ) -> None:
-    api_client = await config.new_client_from_config(config_file=str(plane.kubeconfig))
+    # The operator's identity: nobody else may create allocations.
+    api_client = await config.new_client_from_config(config_file=str(plane.operator_kubeconfig))
     metrics = OperatorMetrics()
     api = OperatorApi(api_client, metrics.api_errors)
 

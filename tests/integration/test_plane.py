@@ -20,6 +20,7 @@ pytestmark = pytest.mark.plane
 
 
 def _alloc(name: str, **spec_over: Any) -> dict[str, Any]:
+    """An allocation as the operator writes it; created as the operator (nobody else may)."""
     spec = {
         "podName": "p",
         "podUID": "uid-1",
@@ -32,7 +33,7 @@ def _alloc(name: str, **spec_over: Any) -> dict[str, Any]:
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.ALLOCATION_KIND,
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {names.LABEL_NODE: spec["nodeName"]}},
         "spec": {k: v for k, v in spec.items() if v is not None},
     }
 
@@ -97,6 +98,7 @@ def test_get_allocations_shows_the_declared_columns(plane: LocalPlane, namespace
     plane.kubectl(
         "create", "-n", namespace, "-f", "-",
         input=yaml.safe_dump(_alloc("a1", chip=3, vnpuId=148, template="vir10_3c_32g")),
+        kubeconfig=plane.operator_kubeconfig,
     )  # fmt: skip
     out = plane.kubectl("get", "vnpuallocations", "-A").stdout.splitlines()
     header = out[0].split()
@@ -156,6 +158,7 @@ def test_api_server_rejects_invalid_allocations(
     r = plane.kubectl(
         "create", "-n", namespace, "-f", "-",
         input=yaml.safe_dump(_alloc("bad", **override)), check=False,
+        kubeconfig=plane.operator_kubeconfig,
     )  # fmt: skip
     assert r.returncode != 0
     assert message in r.stderr
@@ -163,7 +166,10 @@ def test_api_server_rejects_invalid_allocations(
 
 
 def test_allocation_spec_is_immutable(plane: LocalPlane, namespace: str) -> None:
-    plane.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(_alloc("imm")))
+    plane.kubectl(
+        "create", "-n", namespace, "-f", "-", input=yaml.safe_dump(_alloc("imm")),
+        kubeconfig=plane.operator_kubeconfig,
+    )  # fmt: skip
     r = plane.kubectl(
         "patch", names.ALLOCATION_PLURAL, "imm", "-n", namespace, "--type=merge",
         "-p", '{"spec": {"vnpuId": 101}}', check=False,
@@ -173,7 +179,10 @@ def test_allocation_spec_is_immutable(plane: LocalPlane, namespace: str) -> None
 
 
 def test_status_is_a_subresource(plane: LocalPlane, namespace: str) -> None:
-    plane.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(_alloc("st")))
+    plane.kubectl(
+        "create", "-n", namespace, "-f", "-", input=yaml.safe_dump(_alloc("st")),
+        kubeconfig=plane.operator_kubeconfig,
+    )  # fmt: skip
     # A status in a main-resource patch is dropped; the subresource sets it.
     plane.kubectl(
         "patch", names.ALLOCATION_PLURAL, "st", "-n", namespace, "--type=merge",
@@ -231,7 +240,10 @@ def test_owner_reference_garbage_collects_children(plane: LocalPlane, namespace:
     child["metadata"]["ownerReferences"] = [
         {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
     ]
-    plane.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(child))
+    plane.kubectl(
+        "create", "-n", namespace, "-f", "-", input=yaml.safe_dump(child),
+        kubeconfig=plane.operator_kubeconfig,
+    )  # fmt: skip
     assert _get(plane, namespace, names.ALLOCATION_PLURAL, "child") is not None
     plane.kubectl("delete", "configmap", "owner", "-n", namespace)
     _wait(

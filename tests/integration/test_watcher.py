@@ -29,6 +29,7 @@ async def test_stale_resource_version_gets_410_and_a_relist(
     plane.kubectl(
         "create", "-n", namespace, "-f", "-",
         input=yaml.safe_dump(allocation("before", node="watch-node", vnpu_id=100)),
+        kubeconfig=plane.operator_kubeconfig,
     )  # fmt: skip
     api_client = await config.new_client_from_config(config_file=str(plane.kubeconfig))
     events: list[tuple[str, str]] = []
@@ -50,10 +51,12 @@ async def test_stale_resource_version_gets_410_and_a_relist(
         plane.kubectl(
             "create", "-n", namespace, "-f", "-",
             input=yaml.safe_dump(allocation("after", node="watch-node", vnpu_id=101)),
+            kubeconfig=plane.operator_kubeconfig,
         )  # fmt: skip
         plane.kubectl(
             "create", "-n", namespace, "-f", "-",
             input=yaml.safe_dump(allocation("elsewhere", node="other-node", vnpu_id=102)),
+            kubeconfig=plane.operator_kubeconfig,
         )  # fmt: skip
         await _until(lambda: ("ADDED", "after") in events)
         assert all(name != "elsewhere" for _, name in events)

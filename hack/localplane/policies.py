@@ -1,0 +1,94 @@
+"""The chart's protection policies, rendered for the local plane.
+
+The chart's ValidatingAdmissionPolicies exempt the operator by its username. In a
+cluster that is its ServiceAccount's; the local plane runs the operator with a client
+certificate of its own (`OPERATOR_USER`), so the same templates are rendered with that
+username (`helm template --show-only`): one source for the chart and the plane, and a
+change to the chart's policies reaches every test, the demo and the benchmark.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from vnpu_common import names
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "charts" / "vnpu-operator"
+VERSIONS = REPO_ROOT / "hack" / "plane" / "versions.env"
+TEMPLATES = ("templates/protection.yaml",)
+
+# The CN of the operator's client certificate on the local plane.
+OPERATOR_USER = "vnpu-operator"
+# Names the objects apart from a release of the chart installed on the same plane.
+RELEASE = "vnpu-localplane"
+
+# What the allocation policy answers an allocation created by anyone but the operator:
+# the local plane waits for it to know the policies are enforced.
+NOT_THE_OPERATOR = "VNPUAllocations are created by the vnpu-operator only"
+
+
+def kube_version() -> str:
+    """The plane's Kubernetes version (helm built from source assumes 1.20, which the
+    chart's kubeVersion refuses)."""
+    for line in VERSIONS.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "K8S_VERSION":
+            return value.strip()
+    raise RuntimeError(f"no K8S_VERSION in {VERSIONS}")
+
+
+def render(helm: str, home: Path) -> str:
+    """The policy manifests, for the local operator's username. `home` keeps helm's
+    cache and config (it writes there even for `template`)."""
+    show = [arg for t in TEMPLATES for arg in ("--show-only", t)]
+    proc = subprocess.run(
+        [
+            helm,
+            "template",
+            RELEASE,
+            str(CHART),
+            *show,
+            "--kube-version",
+            kube_version(),
+            "--set",
+            f"fullnameOverride={RELEASE}",
+            "--set",
+            f"protection.operatorUsername={OPERATOR_USER}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "PATH": str(Path(helm).parent),
+            "HOME": str(home),
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+        },
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"helm template of the protection policies failed: {proc.stderr}")
+    return proc.stdout
+
+
+def probe_allocation() -> dict[str, Any]:
+    """An allocation that passes every check but who creates it: created with
+    `--dry-run=server` by someone other than the operator, it is refused exactly while
+    the allocation policy is enforced."""
+    node = "vnpu-policy-probe"
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.ALLOCATION_KIND,
+        "metadata": {"name": "vnpu-policy-probe", "labels": {names.LABEL_NODE: node}},
+        "spec": {
+            "podName": "probe",
+            "podUID": "probe",
+            "nodeName": node,
+            "chip": 0,
+            "template": "vir05_1c_16g",
+            "vnpuId": names.VNPU_ID_MIN,
+        },
+    }
