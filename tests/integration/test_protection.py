@@ -1,0 +1,554 @@
+"""Nobody but the system may change what the system decided (issue 12): the chart's
+protection policies, as the local plane installs them, tried by an attacker.
+
+The tenant is a ServiceAccount with every right on pods in its namespace (plus
+pods/status, bindings and vnpuallocations, so that those paths are tried too) and a
+token kubeconfig. On a Running vNPU pod and on a gated one it tries, with every kind of
+write kubectl offers, to point the pod at another pod's vNPU, start it before its vNPUs
+exist, keep its vNPUs after the pod is gone, or change its request: each is refused with
+a message naming the field. Harmless edits and deleting the pod still work, and the
+lifecycle completes. An admin in an exempt group (system:masters) may make those edits.
+Allocations are created by the operator only, with the node label equal to
+spec.nodeName.
+
+Node layout (prefix `pr-`): pr-a, 2 x 910B3, the only node with an agent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from operator_harness import Stack, get_json, pod_allocations
+
+from localplane import LocalPlane, NodeSpec
+from localplane.components import vnpu_ids
+from localplane.pods import vnpu_pod
+from localplane.waiting import wait_for
+from vnpu_common import names
+
+pytestmark = pytest.mark.plane
+
+NODE = "pr-a"
+TEMPLATE = "vir05_1c_16g"
+BIG = "vir10_3c_32g"  # 2 per 910B3 chip: 8 of them never fit on pr-a
+ONLY_OPERATOR = "only the vnpu-operator may"
+REQUEST_KEYS = (names.ANN_TEMPLATE, names.ANN_COUNT, names.ANN_CHIP_MODEL, names.ANN_CONTAINERS)
+
+
+# How the pod policy names what it refused.
+ANN = "metadata.annotations[{}]"
+VISIBLE = ANN.format(names.ANN_VISIBLE_DEVICES)
+GATE = f"spec.schedulingGates[{names.SCHEDULING_GATE}]"
+FINALIZER = f"metadata.finalizers[{names.POD_FINALIZER}]"
+
+
+@pytest.fixture(scope="module")
+def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = Stack(
+        plane,
+        Path(tmp_path_factory.mktemp("protection")),
+        [NodeSpec(name=NODE, chips={"910B3": 2})],
+    ).start()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@dataclass
+class User:
+    """Someone with a kubeconfig of their own."""
+
+    plane: LocalPlane
+    kubeconfig: Path
+    namespace: str
+
+    def kubectl(self, *args: str, input: str | None = None) -> tuple[int, str]:
+        r = self.plane.kubectl(
+            *args, "-n", self.namespace, check=False, input=input, kubeconfig=self.kubeconfig
+        )
+        return r.returncode, r.stdout + r.stderr
+
+    def ok(self, *args: str, input: str | None = None) -> None:
+        rc, out = self.kubectl(*args, input=input)
+        assert rc == 0, f"kubectl {' '.join(args)}: {out}"
+
+    def denied(self, why: str, *args: str, input: str | None = None) -> str:
+        """The write is refused, saying `why`; returns what kubectl said."""
+        rc, out = self.kubectl(*args, input=input)
+        assert rc != 0, f"kubectl {' '.join(args)} was accepted"
+        assert why in out, out
+        return out
+
+    def refused(self, field: str, *args: str, input: str | None = None) -> None:
+        """The write is refused by the pod protection policy, naming `field`."""
+        out = self.denied(field, *args, input=input)
+        assert ONLY_OPERATOR in out, out
+        assert "ValidatingAdmissionPolicy" in out, out
+
+    def patch(self, pod: str, kind: str, patch: Any, *extra: str) -> tuple[str, ...]:
+        return ("patch", "pod", pod, f"--type={kind}", "-p", json.dumps(patch), *extra)
+
+
+@pytest.fixture
+def tenant(plane: LocalPlane, namespace: str, tmp_path: Path) -> User:
+    rights = [
+        (
+            [""],
+            ["pods"],
+            ["get", "list", "watch", "create", "update", "patch", "delete"],
+        ),
+        # More than an ordinary tenant gets: the subresources that can change metadata.
+        ([""], ["pods/status"], ["get", "update", "patch"]),
+        ([""], ["pods/binding", "bindings"], ["create"]),
+        ([names.GROUP], [names.ALLOCATION_PLURAL], ["get", "list", "create", "update", "patch"]),
+    ]
+    plane.kubectl("create", "serviceaccount", "tenant", "-n", namespace)
+    plane.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "tenant", "namespace": namespace},
+            "rules": [{"apiGroups": g, "resources": r, "verbs": v} for g, r, v in rights],
+        }
+    )
+    plane.kubectl(
+        "create", "rolebinding", "tenant", "-n", namespace, "--role=tenant",
+        f"--serviceaccount={namespace}:tenant",
+    )  # fmt: skip
+    kubeconfig = plane.token_kubeconfig(tmp_path / "tenant.kubeconfig", "tenant", namespace)
+    user = User(plane, kubeconfig, namespace)
+    rc, out = user.kubectl("auth", "can-i", "patch", "pods")
+    assert rc == 0, out
+    assert out.strip() == "yes", out
+    return user
+
+
+@pytest.fixture
+def admin(plane: LocalPlane, namespace: str) -> User:
+    """The plane's admin: group system:masters, exempt from the pod protection."""
+    return User(plane, plane.kubeconfig, namespace)
+
+
+def pod_of(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
+    pod = get_json(plane, "pod", "-n", namespace, name)
+    assert pod is not None, f"pod {namespace}/{name} is gone"
+    return dict(pod)
+
+
+def running(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        pod = get_json(plane, "pod", "-n", namespace, name)
+        return pod if pod and pod["status"].get("phase") == "Running" else None
+
+    pod: dict[str, Any] = wait_for(f"pod {name} Running", check, timeout=90, interval=0.5)
+    return pod
+
+
+def waiting(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
+    """The pod once the operator said it waits for capacity (so it stays gated)."""
+
+    def check() -> dict[str, Any] | None:
+        pod = get_json(plane, "pod", "-n", namespace, name) or {}
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == names.POD_COND_ALLOCATED and cond.get("status") == "False":
+                return pod
+        return None
+
+    pod: dict[str, Any] = wait_for(f"pod {name} waiting", check, timeout=90, interval=0.5)
+    return pod
+
+
+def gone(plane: LocalPlane, namespace: str, name: str) -> None:
+    wait_for(
+        f"pod {name} gone",
+        lambda: get_json(plane, "pod", "-n", namespace, name) is None,
+        timeout=90,
+        interval=0.5,
+    )
+
+
+def visible(pod: dict[str, Any]) -> str | None:
+    value = (pod["metadata"].get("annotations") or {}).get(names.ANN_VISIBLE_DEVICES)
+    return None if value is None else str(value)
+
+
+def gated(pod: dict[str, Any]) -> bool:
+    return any(g["name"] == names.SCHEDULING_GATE for g in pod["spec"].get("schedulingGates", []))
+
+
+def create_as(user: User, pod: dict[str, Any]) -> None:
+    user.ok("create", "-f", "-", input=yaml.safe_dump(pod))
+
+
+def replaced(pod: dict[str, Any], change: Any) -> str:
+    """The pod as read, changed by `change(pod)`, for a full update (PUT). Without its
+    resourceVersion (pods allow unconditional updates), so that a status write meanwhile
+    cannot turn the refusal into a conflict."""
+    body = json.loads(json.dumps(pod))
+    del body["metadata"]["resourceVersion"]
+    change(body)
+    return json.dumps(body)
+
+
+def request_edits(user: User, pod: dict[str, Any]) -> None:
+    """Every change of the request annotations `user` can try on `pod`: each is refused."""
+    name = pod["metadata"]["name"]
+    present = pod["metadata"]["annotations"]
+    other = {
+        names.ANN_TEMPLATE: TEMPLATE if present[names.ANN_TEMPLATE] == BIG else BIG,
+        names.ANN_COUNT: "2",
+        names.ANN_CHIP_MODEL: "310P3",
+        names.ANN_CONTAINERS: "other",
+    }
+    for key in REQUEST_KEYS:
+        field = ANN.format(key)
+        pointer = "/metadata/annotations/" + key.replace("/", "~1")
+        user.refused(field, "annotate", "pod", name, "--overwrite", f"{key}={other[key]}")
+        if key in present:
+            user.refused(field, "annotate", "pod", name, f"{key}-")
+            user.refused(
+                field, *user.patch(name, "merge", {"metadata": {"annotations": {key: None}}})
+            )
+            user.refused(field, *user.patch(name, "json", [{"op": "remove", "path": pointer}]))
+        else:
+            user.refused(
+                field,
+                *user.patch(name, "json", [{"op": "add", "path": pointer, "value": other[key]}]),
+            )
+    field = ANN.format(names.ANN_TEMPLATE)
+    user.refused(
+        field,
+        "replace",
+        "-f",
+        "-",
+        input=replaced(pod, lambda p: p["metadata"]["annotations"].pop(names.ANN_TEMPLATE)),
+    )
+
+
+def finalizer_edits(user: User, pod: dict[str, Any]) -> None:
+    name = pod["metadata"]["name"]
+    index = pod["metadata"]["finalizers"].index(names.POD_FINALIZER)
+    user.refused(
+        FINALIZER,
+        *user.patch(name, "json", [{"op": "remove", "path": f"/metadata/finalizers/{index}"}]),
+    )
+    user.refused(FINALIZER, *user.patch(name, "merge", {"metadata": {"finalizers": None}}))
+    user.refused(
+        FINALIZER,
+        *user.patch(
+            name,
+            "strategic",
+            {"metadata": {"$deleteFromPrimitiveList/finalizers": [names.POD_FINALIZER]}},
+        ),
+    )
+    user.refused(
+        FINALIZER,
+        "replace",
+        "-f",
+        "-",
+        input=replaced(pod, lambda p: p["metadata"].__setitem__("finalizers", [])),
+    )
+    # A status write may change metadata too.
+    user.refused(
+        FINALIZER,
+        *user.patch(name, "merge", {"metadata": {"finalizers": None}}, "--subresource=status"),
+    )
+
+
+def harmless_edits(user: User, name: str) -> None:
+    user.ok("label", "pod", name, "tenant.example/owner=me")
+    user.ok("annotate", "pod", name, "tenant.example/note=fine")
+    user.ok(*user.patch(name, "merge", {"metadata": {"annotations": {"tenant.example/n": "2"}}}))
+    # Through pods/status: the path is open for metadata, closed only for ours.
+    user.ok(
+        *user.patch(
+            name,
+            "merge",
+            {"metadata": {"annotations": {"tenant.example/status": "ok"}}},
+            "--subresource=status",
+        )
+    )
+
+
+def allocation(name: str, namespace: str, *, node: str, label: str | None) -> str:
+    labels = {} if label is None else {names.LABEL_NODE: label}
+    return yaml.safe_dump(
+        {
+            "apiVersion": names.API_VERSION,
+            "kind": names.ALLOCATION_KIND,
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {
+                "podName": "p",
+                "podUID": "uid-p",
+                "nodeName": node,
+                "chip": 0,
+                "template": TEMPLATE,
+                "vnpuId": names.VNPU_ID_MIN,
+            },
+        }
+    )
+
+
+def test_allocations_are_the_operators(
+    plane: LocalPlane, tenant: User, admin: User, namespace: str
+) -> None:
+    """First in the module, before the Stack starts: an operator would release an
+    allocation of a pod it does not know while this test still works on it."""
+    ns = namespace
+    # Nobody served by an agent: these allocations make no vNPU.
+    node = "pr-nowhere"
+    body = allocation("handmade", ns, node=node, label=node)
+    for user in (tenant, admin):
+        user.denied(
+            "VNPUAllocations are created by the vnpu-operator only", "create", "-f", "-",
+            input=body,
+        )  # fmt: skip
+    operator = User(plane, plane.operator_kubeconfig, ns)
+    mismatch = f"metadata.labels[{names.LABEL_NODE}] must equal spec.nodeName ({node})"
+    for label in ("pr-elsewhere", None):
+        operator.denied(
+            mismatch, "create", "-f", "-",
+            input=allocation("mislabelled", ns, node=node, label=label),
+        )  # fmt: skip
+
+    operator.ok("create", "-f", "-", input=body)
+    relabel = ("label", names.ALLOCATION_PLURAL, "handmade", "--overwrite")
+    for user in (admin, operator):
+        user.denied(mismatch, *relabel, f"{names.LABEL_NODE}=pr-elsewhere")
+        user.denied(mismatch, *relabel, f"{names.LABEL_NODE}-")
+    # Updates that leave the label alone pass: an admin removing a finalizer by hand (the
+    # documented way out for an allocation nobody serves), or a harmless label.
+    admin.ok("label", names.ALLOCATION_PLURAL, "handmade", "tenant.example/owner=me")
+    admin.ok(
+        "patch", names.ALLOCATION_PLURAL, "handmade", "--type=merge",
+        "-p", json.dumps({"metadata": {"finalizers": [names.ALLOCATION_FINALIZER]}}),
+    )  # fmt: skip
+    admin.ok(
+        "patch", names.ALLOCATION_PLURAL, "handmade", "--type=merge",
+        "-p", json.dumps({"metadata": {"finalizers": None}}),
+    )  # fmt: skip
+    tenant.ok("get", names.ALLOCATION_PLURAL, "handmade")
+    admin.ok("delete", names.ALLOCATION_PLURAL, "handmade")
+
+
+def test_tenant_cannot_take_another_pods_vnpu_or_keep_its_own(
+    plane: LocalPlane, stack: Stack, tenant: User, namespace: str
+) -> None:
+    ns = namespace
+    create_as(tenant, vnpu_pod("victim", ns, template=TEMPLATE))
+    create_as(
+        tenant,
+        vnpu_pod(
+            "thief",
+            ns,
+            template=TEMPLATE,
+            count=1,
+            chip_model="910B3",
+            annotations={names.ANN_CONTAINERS: "main"},
+        ),
+    )
+    victim = running(plane, ns, "victim")
+    thief = running(plane, ns, "thief")
+    theirs, mine = visible(victim), visible(thief)
+    assert theirs, victim
+    assert mine, thief
+    assert theirs != mine
+
+    pointer = "/metadata/annotations/" + names.ANN_VISIBLE_DEVICES.replace("/", "~1")
+    for args in (
+        ("annotate", "pod", "thief", "--overwrite", f"{names.ANN_VISIBLE_DEVICES}={theirs}"),
+        ("annotate", "pod", "thief", f"{names.ANN_VISIBLE_DEVICES}-"),
+        tenant.patch("thief", "json", [{"op": "replace", "path": pointer, "value": theirs}]),
+        tenant.patch("thief", "json", [{"op": "remove", "path": pointer}]),
+        tenant.patch(
+            "thief", "merge", {"metadata": {"annotations": {names.ANN_VISIBLE_DEVICES: theirs}}}
+        ),
+        tenant.patch(
+            "thief",
+            "strategic",
+            {"metadata": {"annotations": {names.ANN_VISIBLE_DEVICES: f"{mine},{theirs}"}}},
+        ),
+        tenant.patch(
+            "thief",
+            "merge",
+            {"metadata": {"annotations": {names.ANN_VISIBLE_DEVICES: theirs}}},
+            "--subresource=status",
+        ),
+    ):
+        tenant.refused(VISIBLE, *args)
+    tenant.refused(
+        VISIBLE,
+        "replace",
+        "-f",
+        "-",
+        input=replaced(
+            thief,
+            lambda p: p["metadata"]["annotations"].__setitem__(names.ANN_VISIBLE_DEVICES, theirs),
+        ),
+    )
+    request_edits(tenant, thief)
+    finalizer_edits(tenant, thief)
+    harmless_edits(tenant, "thief")
+
+    # Nothing changed what the containers read or what the system decided.
+    after = pod_of(plane, ns, "thief")
+    assert visible(after) == mine
+    assert after["metadata"]["labels"]["tenant.example/owner"] == "me"
+    assert after["metadata"]["annotations"]["tenant.example/status"] == "ok"
+    for key in REQUEST_KEYS:
+        assert after["metadata"]["annotations"][key] == thief["metadata"]["annotations"][key]
+    assert names.POD_FINALIZER in after["metadata"]["finalizers"]
+    (alloc,) = pod_allocations(plane, ns, after["metadata"]["uid"])
+    assert str(alloc["spec"]["vnpuId"]) == mine
+
+    # Deleting is never blocked, and the release completes: the agent destroys the vNPU
+    # and removes the allocation's finalizer, the operator the pod's.
+    uids = [p["metadata"]["uid"] for p in (victim, thief)]
+    tenant.ok("delete", "pod", "thief", "victim", "--wait=false")
+    gone(plane, ns, "thief")
+    gone(plane, ns, "victim")
+    wait_for(
+        "allocations gone",
+        lambda: all(not pod_allocations(plane, ns, uid) for uid in uids),
+        timeout=60,
+    )
+    wait_for("no vNPU left", lambda: not vnpu_ids(stack.agent.sim(NODE)), timeout=60)
+
+
+def test_tenant_cannot_start_a_gated_pod_or_change_its_request(
+    plane: LocalPlane, stack: Stack, tenant: User, namespace: str
+) -> None:
+    ns = namespace
+    create_as(tenant, vnpu_pod("held", ns, template=BIG, count=8))
+    held = waiting(plane, ns, "held")
+    assert gated(held)
+
+    index = [g["name"] for g in held["spec"]["schedulingGates"]].index(names.SCHEDULING_GATE)
+    for args in (
+        tenant.patch("held", "json", [{"op": "remove", "path": f"/spec/schedulingGates/{index}"}]),
+        tenant.patch(
+            "held", "json", [{"op": "replace", "path": "/spec/schedulingGates", "value": []}]
+        ),
+        tenant.patch("held", "merge", {"spec": {"schedulingGates": None}}),
+        tenant.patch(
+            "held",
+            "strategic",
+            {"spec": {"schedulingGates": [{"name": names.SCHEDULING_GATE, "$patch": "delete"}]}},
+        ),
+    ):
+        tenant.refused(GATE, *args)
+    tenant.refused(
+        GATE,
+        "replace",
+        "-f",
+        "-",
+        input=replaced(held, lambda p: p["spec"].__setitem__("schedulingGates", [])),
+    )
+    # A vNPU id before the operator chose one.
+    tenant.refused(
+        VISIBLE, "annotate", "pod", "held", f"{names.ANN_VISIBLE_DEVICES}={names.VNPU_ID_MIN}"
+    )
+    request_edits(tenant, held)
+    finalizer_edits(tenant, held)
+    harmless_edits(tenant, "held")
+
+    after = pod_of(plane, ns, "held")
+    assert gated(after)
+    assert visible(after) is None
+    assert not after["spec"].get("nodeName")
+    assert names.POD_FINALIZER in after["metadata"]["finalizers"]
+    assert after["metadata"]["annotations"][names.ANN_COUNT] == "8"
+
+    tenant.ok("delete", "pod", "held", "--wait=false")
+    gone(plane, ns, "held")
+
+
+def test_a_binding_may_not_carry_the_vnpu_annotations(
+    plane: LocalPlane, stack: Stack, tenant: User, namespace: str
+) -> None:
+    """A Binding's annotations are copied onto the pod it binds: an ungated pod that the
+    scheduler cannot place (it asks for more CPU than any node has) is still open to one."""
+    ns = namespace
+    create_as(
+        tenant,
+        vnpu_pod(
+            "unbound",
+            ns,
+            template=TEMPLATE,
+            spec={
+                "containers": [
+                    {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1000"}}}
+                ]
+            },
+        ),
+    )
+
+    def ungated() -> dict[str, Any] | None:
+        pod = pod_of(plane, ns, "unbound")
+        return pod if visible(pod) and not gated(pod) else None
+
+    pod = wait_for("pod ungated", ungated, timeout=90, interval=0.5)
+    assert not pod["spec"].get("nodeName")
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": "unbound",
+            "namespace": ns,
+            "annotations": {names.ANN_VISIBLE_DEVICES: str(names.VNPU_ID_MAX)},
+        },
+        "target": {"apiVersion": "v1", "kind": "Node", "name": NODE},
+    }
+    refusal = "a Binding may not set the vnpu.io annotations"
+    # --validate=false: kubectl's own check of a Binding lists CRDs, which a tenant may not.
+    tenant.denied(refusal, "create", "--validate=false", "-f", "-", input=json.dumps(binding))
+    path = f"/api/v1/namespaces/{ns}/pods/unbound/binding"
+    source = tenant.kubeconfig.parent / "binding.json"
+    source.write_text(json.dumps(binding))
+    tenant.denied(refusal, "create", "--raw", path, "-f", str(source))
+    after = pod_of(plane, ns, "unbound")
+    assert visible(after) == visible(pod)
+    assert not after["spec"].get("nodeName")
+    tenant.ok("delete", "pod", "unbound", "--wait=false")
+    gone(plane, ns, "unbound")
+
+
+def test_an_exempt_admin_may_edit_by_hand(
+    plane: LocalPlane, stack: Stack, admin: User, namespace: str
+) -> None:
+    """The escape hatch: members of protection.exemptGroups (system:masters here) may
+    change what the operator decided, e.g. to unstick a pod."""
+    ns = namespace
+    create_as(admin, vnpu_pod("stuck", ns, template=BIG, count=8))
+    waiting(plane, ns, "stuck")
+    admin.ok("annotate", "pod", "stuck", f"{names.ANN_VISIBLE_DEVICES}={names.VNPU_ID_MAX}")
+    # No node has a 310P3: the request still fits nowhere, so the operator stays out.
+    admin.ok("annotate", "pod", "stuck", f"{names.ANN_CHIP_MODEL}=310P3")
+    # The two commands docs/HELM.md gives for unsticking a pod.
+    admin.ok(
+        *admin.patch(
+            "stuck",
+            "strategic",
+            {"metadata": {"$deleteFromPrimitiveList/finalizers": [names.POD_FINALIZER]}},
+        )
+    )
+    admin.ok(
+        *admin.patch(
+            "stuck",
+            "strategic",
+            {"spec": {"schedulingGates": [{"name": names.SCHEDULING_GATE, "$patch": "delete"}]}},
+        )
+    )
+    after = pod_of(plane, ns, "stuck")
+    assert not gated(after)
+    assert names.POD_FINALIZER not in (after["metadata"].get("finalizers") or [])
+    assert visible(after) == str(names.VNPU_ID_MAX)
+    admin.ok("delete", "pod", "stuck", "--wait=false")
+    gone(plane, ns, "stuck")
