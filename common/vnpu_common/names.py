@@ -81,6 +81,7 @@ REASON_ALLOCATION_FAILED: Final = "AllocationFailed"
 REASON_NODE_NOT_LIVE: Final = "NodeNotLive"
 REASON_RELEASED_EXTERNALLY: Final = "VNPUReleasedExternally"
 REASON_VNPUS_RELEASED: Final = "VNPUsReleased"
+REASON_HAND_EDIT: Final = "ChangedByHand"  # an exempt admin edited what the system decided
 REASON_ALLOCATED: Final = "Allocated"  # the condition once the pod is pinned
 POD_EVENT_REASONS: Final = (
     REASON_VNPUS_READY,
@@ -92,6 +93,7 @@ POD_EVENT_REASONS: Final = (
     REASON_NODE_NOT_LIVE,
     REASON_RELEASED_EXTERNALLY,
     REASON_VNPUS_RELEASED,
+    REASON_HAND_EDIT,
 )
 # On allocations, by the agent (Events and the Ready/Healthy conditions);
 # driver failures add the reason of their error class (DriverError.reason).

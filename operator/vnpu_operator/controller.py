@@ -35,6 +35,7 @@ from vnpu_operator.lifecycle import (
     Step,
     StepKind,
     decide,
+    hand_edits,
     has_finalizer,
     is_deleting,
     is_gated,
@@ -316,6 +317,10 @@ class Controller:
             lost_told=state.lost_told,
         )
         log.debug("pod %s (%s): %s %s", _key(pod), uid, step.kind, step.message)
+        for edit in hand_edits(pod, views):
+            if edit not in state.hand_edits:
+                state.hand_edits.add(edit)
+                await self.notices.hand_edit(pod, edit)
         if step.kind is not StepKind.PLACE:
             state.waiting_since = None
         match step.kind:

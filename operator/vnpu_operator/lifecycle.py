@@ -97,6 +97,44 @@ def requested_count(pod: Mapping[str, Any]) -> int:
     return parse_annotations(pod, match_containers=False).count
 
 
+def hand_edits(pod: Mapping[str, Any], allocs: Sequence[AllocView]) -> list[str]:
+    """What someone other than the operator changed on a pod it admitted, in
+    words a pod's owner can act on. The protection policy refuses these edits
+    to everyone but the operator and exempt cluster admins; an admin's edit
+    still deserves a trace on the pod, which this reading gives."""
+    if is_deleting(pod) or is_terminal(pod):
+        return []
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    found = []
+    if names.ANN_TEMPLATE not in annotations:
+        found.append(f"the {names.ANN_TEMPLATE} annotation was removed")
+    if allocs and not has_finalizer(pod):
+        found.append(
+            f"the {names.POD_FINALIZER} finalizer was removed: the pod object may go "
+            "before its vNPUs are destroyed"
+        )
+    shown = annotations.get(names.ANN_VISIBLE_DEVICES)
+    if is_gated(pod):
+        if shown is not None:
+            found.append(f"{names.ANN_VISIBLE_DEVICES} was set on a pod not yet given its vNPUs")
+        return found
+    if shown is None:
+        found.append(
+            "the pod started without vNPUs: the scheduling gate or "
+            f"{names.ANN_VISIBLE_DEVICES} was removed by hand"
+        )
+        return found
+    held = {a.vnpu_id for a in allocs}
+    foreign = sorted(set(str(shown).split(",")) - {str(i) for i in held})
+    if allocs and foreign:
+        found.append(
+            f"{names.ANN_VISIBLE_DEVICES} names vNPU {','.join(foreign)}, which no allocation "
+            "of this pod holds"
+        )
+    return found
+
+
 def unservable(obj: Mapping[str, Any], *, node_exists: bool) -> str | None:
     """Why no agent will ever act on this allocation object, or None.
 

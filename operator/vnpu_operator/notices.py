@@ -110,6 +110,15 @@ class Notices:
             )
         await self.api.event(alloc, reason=names.REASON_UNSERVABLE, message=message, warning=True)
 
+    async def hand_edit(self, pod: Raw, what: str) -> None:
+        await self.api.event(
+            pod,
+            reason=names.REASON_HAND_EDIT,
+            warning=True,
+            message=f"{what}; only the vnpu-operator should change this (an exempt cluster "
+            "admin did)",
+        )
+
     async def released(self, pod: Raw) -> None:
         """Only for a pod that ended and stays visible: for a deleted pod the
         Event would describe an object about to vanish."""

@@ -38,6 +38,8 @@ class PodState:
     lost_told: set[str] = field(default_factory=set)
     # Allocations of the pod that no agent will ever serve, already reported.
     unservable: set[str] = field(default_factory=set)
+    # Hand edits of the pod already reported.
+    hand_edits: set[str] = field(default_factory=set)
 
     @property
     def told(self) -> bool:

@@ -217,6 +217,7 @@ def test_a_running_pod_whose_request_annotation_was_removed_is_still_released(
     vnpu_id = alloc["spec"]["vnpuId"]
 
     _drop_template(plane, namespace, "edited")
+    assert "annotation was removed" in _hand_edit_event(plane, namespace, "edited")
     plane.kubectl("delete", "pod", "-n", namespace, "edited", "--wait=false")
 
     _wait_gone(plane, namespace, "edited")
@@ -278,6 +279,35 @@ def test_a_pod_gone_behind_the_operators_back_is_never_placed(
         assert pod_allocations(plane, namespace, uid) == [], "placed a pod that is gone"
         time.sleep(0.3)
     assert len(_sim_ids(stack, "hd-t")) == 0
+
+
+def _hand_edit_event(plane: LocalPlane, ns: str, name: str, *, containing: str = "") -> str:
+    def found() -> str | None:
+        events = get_json(
+            plane, "events", "-n", ns, "--field-selector", f"involvedObject.name={name}"
+        )
+        for e in (events or {}).get("items", []):
+            if e.get("reason") == names.REASON_HAND_EDIT and containing in e.get("message", ""):
+                return str(e["message"])
+        return None
+
+    message: str = wait_for(f"{names.REASON_HAND_EDIT} Event on {name}", found, timeout=30)
+    return message
+
+
+def test_an_exempt_admins_edit_of_visible_devices_is_reported_on_the_pod(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    plane.apply(_pod("pointed", namespace))
+    wait_for("pod Running", lambda: _phase(plane, namespace, "pointed") == "Running", timeout=60)
+    plane.kubectl(
+        "annotate", "pod", "-n", namespace, "pointed", f"{names.ANN_VISIBLE_DEVICES}=1099",
+        "--overwrite",
+    )  # fmt: skip
+    message = _hand_edit_event(plane, namespace, "pointed", containing="1099")
+    assert "no allocation of this pod holds" in message, message
+    plane.kubectl("delete", "pod", "-n", namespace, "pointed", "--wait=false")
+    _wait_gone(plane, namespace, "pointed")
 
 
 # ------------------------------------- 6. allocations no agent will serve

@@ -9,7 +9,14 @@ import pytest
 from localplane.pods import vnpu_pod
 from vnpu_common import names
 from vnpu_common.patches import finalizer_removal
-from vnpu_operator.lifecycle import AllocView, StepKind, decide, requested_count, unservable
+from vnpu_operator.lifecycle import (
+    AllocView,
+    StepKind,
+    decide,
+    hand_edits,
+    requested_count,
+    unservable,
+)
 from vnpu_operator.pinning import pin_patch
 from vnpu_operator.placement import PodRequest
 from vnpu_operator.slim import slim_pod
@@ -218,3 +225,26 @@ def test_unservable_allocations_say_why() -> None:
     assert "no vnpu.io/node label" in (unservable(_alloc_obj(None), node_exists=True) or "")
     assert "differs from spec.nodeName" in (unservable(_alloc_obj("n2"), node_exists=True) or "")
     assert unservable(_alloc_obj("n1"), node_exists=False) == "node n1 does not exist"
+
+
+def test_hand_edits_of_what_the_system_decided_are_named() -> None:
+    ready = [alloc(0, names.PHASE_READY)]
+    running = pod(gated=False, phase="Running")
+    running["metadata"]["annotations"][names.ANN_VISIBLE_DEVICES] = "100"
+    assert hand_edits(running, ready) == []  # as the operator left it
+    running["metadata"]["annotations"][names.ANN_VISIBLE_DEVICES] = "100,205"
+    assert hand_edits(running, ready) == [
+        "vnpu.io/visible-devices names vNPU 205, which no allocation of this pod holds"
+    ]
+    del running["metadata"]["annotations"][names.ANN_VISIBLE_DEVICES]
+    assert "started without vNPUs" in hand_edits(running, ready)[0]
+    gated = pod()
+    gated["metadata"]["annotations"][names.ANN_VISIBLE_DEVICES] = "100"
+    assert "was set on a pod not yet given its vNPUs" in hand_edits(gated, [])[0]
+    unfinalized = pod(finalizer=False)
+    assert "finalizer was removed" in hand_edits(unfinalized, ready)[0]
+    assert hand_edits(unfinalized, []) == []  # nothing to lose yet
+    del gated["metadata"]["annotations"][names.ANN_TEMPLATE]
+    assert "annotation was removed" in hand_edits(gated, [])[0]
+    # A pod on its way out is not reported.
+    assert hand_edits(pod(gated=False, deleting=True, finalizer=False), ready) == []
