@@ -78,6 +78,17 @@ def _phase(plane: LocalPlane, ns: str, name: str) -> str | None:
     return None if pod is None else (pod.get("status") or {}).get("phase")
 
 
+def _running(plane: LocalPlane, ns: str, name: str) -> tuple[str, dict[str, Any]]:
+    """Creates a one-vNPU pod on hd-a and waits until it runs: its uid and allocation."""
+    plane.apply(_pod(name, ns))
+    wait_for(f"pod {name} Running", lambda: _phase(plane, ns, name) == "Running", timeout=60)
+    pod = _get_pod(plane, ns, name)
+    assert pod is not None
+    uid = pod["metadata"]["uid"]
+    (alloc,) = pod_allocations(plane, ns, uid)
+    return uid, alloc
+
+
 def _sim_ids(stack: Stack, node: str) -> dict[int, str]:
     return vnpu_ids(stack.agent.sim(node))
 
@@ -142,12 +153,7 @@ def test_a_deletion_made_while_the_operator_was_away_from_a_restarted_api_server
     release happen before it reconnects. Its watch then resumes too late (410)
     and Kopf re-lists: the allocation is simply absent, no DELETED ever comes.
     Without convergence the pod stays Terminating for good."""
-    plane.apply(_pod("away", namespace))
-    wait_for("pod Running", lambda: _phase(plane, namespace, "away") == "Running", timeout=60)
-    pod = _get_pod(plane, namespace, "away")
-    assert pod is not None
-    uid = pod["metadata"]["uid"]
-    (alloc,) = pod_allocations(plane, namespace, uid)
+    _, alloc = _running(plane, namespace, "away")
     name, vnpu_id = alloc["metadata"]["name"], alloc["spec"]["vnpuId"]
 
     proc = stack.operator.proc
@@ -208,12 +214,7 @@ def test_api_server_killed_twice_during_a_churn_leaves_nothing_stuck_or_leaked(
 def test_a_running_pod_whose_request_annotation_was_removed_is_still_released(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    plane.apply(_pod("edited", namespace))
-    wait_for("pod Running", lambda: _phase(plane, namespace, "edited") == "Running", timeout=60)
-    pod = _get_pod(plane, namespace, "edited")
-    assert pod is not None
-    uid = pod["metadata"]["uid"]
-    (alloc,) = pod_allocations(plane, namespace, uid)
+    uid, alloc = _running(plane, namespace, "edited")
     vnpu_id = alloc["spec"]["vnpuId"]
 
     _drop_template(plane, namespace, "edited")
@@ -298,8 +299,7 @@ def _hand_edit_event(plane: LocalPlane, ns: str, name: str, *, containing: str =
 def test_an_exempt_admins_edit_of_visible_devices_is_reported_on_the_pod(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    plane.apply(_pod("pointed", namespace))
-    wait_for("pod Running", lambda: _phase(plane, namespace, "pointed") == "Running", timeout=60)
+    _running(plane, namespace, "pointed")
     plane.kubectl(
         "annotate", "pod", "-n", namespace, "pointed", f"{names.ANN_VISIBLE_DEVICES}=1099",
         "--overwrite",
