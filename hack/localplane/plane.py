@@ -381,14 +381,22 @@ class LocalPlane:
             "--v=1",
         ]
 
-    def kill_apiserver(self, sig: int = signal.SIGKILL) -> None:
+    def kill_apiserver(self, sig: int = signal.SIGKILL, timeout: float = 30) -> None:
         """Sends `sig` to kube-apiserver and waits until it has exited: what
         the other components and our clients see when it crashes (SIGKILL:
-        no graceful close of watches, requests in flight cut)."""
+        no graceful close of watches, requests in flight cut) or shuts down
+        (SIGTERM). A shutdown still going on after `timeout` s ends with
+        SIGKILL, so the plane is never left with a server half gone (the
+        plane's kube-apiserver 1.34 stops listening at once on SIGTERM but
+        then lingers, its watches open, for longer than a minute)."""
         proc = self.procs["kube-apiserver"]
         if proc.poll() is None:
             proc.send_signal(sig)
-            proc.wait(timeout=30)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def start_apiserver(self) -> None:
         """Starts kube-apiserver again after `kill_apiserver`, with the same
