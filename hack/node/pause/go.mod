@@ -1,0 +1,3 @@
+module vnpu.io/node/pause
+
+go 1.24
