@@ -28,6 +28,10 @@ venv: $(STAMP) ## create .venv with the project and its dev tools
 plane: ## build (or reuse) the control-plane binaries from Go modules
 	@bash hack/plane/build.sh >/dev/null
 
+.PHONY: node-tools
+node-tools: ## build (or reuse) the real node's kubelet, containerd, runc, CNI plugins and pause
+	@bash hack/node/build.sh >/dev/null
+
 .PHONY: crds
 crds: $(STAMP) ## regenerate crds/ from the API models
 	$(PY) -m vnpu_common.api.crdgen crds/
