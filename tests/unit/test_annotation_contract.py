@@ -24,6 +24,7 @@ import jsonpatch
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from localplane.pods import vnpu_pod
 from vnpu_common import names
 from vnpu_operator.admission import OfferedTemplates, create_app
 from vnpu_operator.lifecycle import requested_count
@@ -215,15 +216,14 @@ def build_pod(
     annotations: dict[str, Any], containers: tuple[str, ...], init: tuple[str, ...]
 ) -> dict[str, Any]:
     """A pod as a CREATE's AdmissionReview carries it: no uid yet."""
-    spec: dict[str, Any] = {"containers": [{"name": c, "image": "busybox"} for c in containers]}
-    if init:
-        spec["initContainers"] = [{"name": c, "image": "busybox"} for c in init]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "train-0", "namespace": "ml", "annotations": annotations},
-        "spec": spec,
-    }
+    return vnpu_pod(
+        "train-0",
+        "ml",
+        template=None,
+        annotations=annotations,
+        containers=containers,
+        init_containers=init,
+    )
 
 
 def stored(pod: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vnpu_common import names
+from localplane.pods import vnpu_pod
 from vnpu_operator.admission import OfferedTemplates
 
 PodFactory = Callable[..., dict[str, Any]]
@@ -24,18 +24,14 @@ def build_pod(
     template: str | None = "vir05_1c_16g",
     **spec: Any,
 ) -> dict[str, Any]:
-    """A pod asking for `template` (None: not asking) plus `annotations`."""
-    all_annotations = {} if template is None else {names.ANN_TEMPLATE: template}
-    all_annotations.update(annotations or {})
+    """A pod asking for `template` (None: not asking) plus `annotations`;
+    containers given as names or as whole container objects (env, image)."""
     pod_spec: dict[str, Any] = {"containers": [_container(c) for c in containers], **spec}
     if init_containers:
         pod_spec["initContainers"] = [_container(c) for c in init_containers]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "train-0", "namespace": "ml", "annotations": all_annotations},
-        "spec": pod_spec,
-    }
+    return vnpu_pod(
+        "train-0", "ml", template=template, annotations=annotations, containers=(), spec=pod_spec
+    )
 
 
 @pytest.fixture

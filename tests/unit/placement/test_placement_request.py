@@ -6,21 +6,21 @@ from typing import Any
 
 import pytest
 
+from localplane.pods import vnpu_pod
 from vnpu_common import names
 from vnpu_operator.annotations import parse_annotations
 from vnpu_operator.placement import InvalidRequestError, PodRequest
 
 
 def pod(annotations: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": "train-0",
-            "namespace": "ml",
-            "uid": "0b7c2e4c-3f1a-4b2e-9a51-1f6f0b0d9a11",
-            "annotations": annotations if annotations is not None else {},
-        },
-        "spec": {"containers": [{"name": "main"}], **spec},
-    }
+    return vnpu_pod(
+        "train-0",
+        "ml",
+        template=None,
+        annotations=annotations,
+        uid="0b7c2e4c-3f1a-4b2e-9a51-1f6f0b0d9a11",
+        spec=spec,
+    )
 
 
 def test_annotations_with_defaults() -> None:
