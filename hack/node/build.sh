@@ -11,6 +11,8 @@
 #   runc, CNI    unpacked from Debian packages (apt-get download + dpkg -x),
 #                nothing is installed on the system
 #   pause        hack/node/pause, a few lines of Go
+#   busybox      Debian's busybox-static, for the tests' plain-container image
+#                (test-only, so not part of the cache key)
 #
 # One directory keyed by every version holds them all (CNI plugins under
 # cni/); a run with that directory complete builds nothing. Prints the
@@ -49,6 +51,8 @@ need containerd ctr containerd-shim-runc-v2 && want_containerd=1
 need pause && want_pause=1
 need runc && want_runc=1
 need cni/bridge cni/host-local cni/loopback && want_cni=1
+want_busybox=0
+need busybox && want_busybox=1
 
 # Tools are checked only when something needs them, so a complete cache
 # works on a machine without Go or apt.
@@ -57,7 +61,7 @@ if (( want_kubelet + want_containerd + want_pause > 0 )); then
   go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
   [[ "$go_minor" =~ ^[0-9]+$ ]] && (( go_minor >= 25 )) || die "Go $(go env GOVERSION) is too old: containerd $CONTAINERD_VERSION needs Go >= 1.25."
 fi
-if (( want_runc + want_cni > 0 )); then
+if (( want_runc + want_cni + want_busybox > 0 )); then
   for tool in apt-get apt-cache dpkg-deb; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool is not on PATH. runc and the CNI plugins are unpacked from Debian packages; this needs a Debian-family system with apt (nothing is installed, only downloaded)."
   done
@@ -99,7 +103,7 @@ trap 'rm -rf "${scratch[@]}"' EXIT
 
 mkdir -p "$bin_dir"
 start_all=$SECONDS
-total=5
+total=6
 
 step=1
 if (( want_kubelet )); then
@@ -235,6 +239,20 @@ else
   log "[$step/$total] CNI plugins $CNI_PLUGINS_VERSION: cached"
 fi
 
+step=6
+if (( want_busybox )); then
+  log "[$step/$total] busybox $BUSYBOX_VERSION (static, the tests' plain-container image) from Debian"
+  t=$SECONDS
+  fetch_deb busybox-static "$BUSYBOX_VERSION"
+  [[ -x "$deb_dir/root/bin/busybox" ]] || die "the busybox-static package $deb_version has no bin/busybox."
+  cp "$deb_dir/root/bin/busybox" "$bin_dir/busybox.tmp" && mv "$bin_dir/busybox.tmp" "$bin_dir/busybox"
+  rm -rf "$deb_dir"
+  origin busybox "busybox $deb_version: Debian package busybox-static (apt-get download, dpkg -x)"
+  log "[$step/$total] busybox $deb_version unpacked in $((SECONDS - t))s"
+else
+  log "[$step/$total] busybox $BUSYBOX_VERSION: cached"
+fi
+
 # Every run: each binary starts on this host. runc from Debian links
 # libseccomp dynamically, so a host without it fails here, not at the first
 # pod sandbox.
@@ -243,6 +261,7 @@ fi
 "$bin_dir/ctr" --version >/dev/null 2>&1 || die "$bin_dir/ctr does not run."
 "$bin_dir/containerd-shim-runc-v2" -v >/dev/null 2>&1 || die "$bin_dir/containerd-shim-runc-v2 does not run."
 "$bin_dir/runc" --version >/dev/null 2>&1 || die "$bin_dir/runc does not run: $("$bin_dir/runc" --version 2>&1 | head -1). Debian's runc needs libseccomp2 ('apt-get install libseccomp2')."
+"$bin_dir/busybox" true || die "$bin_dir/busybox does not run."
 for p in bridge host-local loopback; do
   CNI_COMMAND=VERSION "$bin_dir/cni/$p" </dev/null >/dev/null 2>&1 || die "$bin_dir/cni/$p does not run."
 done
