@@ -17,6 +17,7 @@ import pytest
 from operator_harness import Stack, get_json, pod_allocations
 
 from localplane import LocalPlane, NodeSpec
+from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_common import names
 
@@ -28,19 +29,14 @@ TEMPLATE = "vir05_1c_16g"
 
 def manifest(name: str, namespace: str, annotations: dict[str, str]) -> dict[str, Any]:
     """A pod with an init container `init` and a container `app`."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "annotations": {names.ANN_TEMPLATE: TEMPLATE, **annotations},
-        },
-        "spec": {
-            "initContainers": [{"name": "init", "image": "busybox"}],
-            "containers": [{"name": "app", "image": "busybox"}],
-        },
-    }
+    return vnpu_pod(
+        name,
+        namespace,
+        template=TEMPLATE,
+        annotations=annotations,
+        containers=("app",),
+        init_containers=("init",),
+    )
 
 
 def create(plane: LocalPlane, pod: dict[str, Any], *dry_run: str) -> tuple[int, str]:
