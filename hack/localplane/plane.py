@@ -146,6 +146,9 @@ class LocalPlane:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._stopped = False
         self._policies_installed = False
+        # Set by `open_to_pods` (a real node's pod network): the API server then
+        # also listens where pods reach it and can call kubelets and endpoints.
+        self.pod_gateway: str | None = None
 
     # -- paths -------------------------------------------------------------
 
@@ -273,18 +276,7 @@ class LocalPlane:
         self.pki.mkdir(exist_ok=True)
         ca = certs.make_ca("vnpu-localplane-ca")
         ca.write(self.ca_file, self.pki / "ca.key")
-        certs.issue(
-            ca,
-            "kube-apiserver",
-            dns_names=(
-                "localhost",
-                "kubernetes",
-                "kubernetes.default",
-                "kubernetes.default.svc",
-                "kubernetes.default.svc.cluster.local",
-            ),
-            ip_addresses=("127.0.0.1", "10.0.0.1"),
-        ).write(self.pki / "apiserver.crt", self.pki / "apiserver.key")
+        self._write_apiserver_cert(ca)
         certs.issue(
             ca, "admin", organizations=("system:masters",), server=False, client=True
         ).write(self.pki / "admin.crt", self.pki / "admin.key")
@@ -302,6 +294,25 @@ class LocalPlane:
         (self.pki / "sa.key").write_bytes(sa_key)
         (self.pki / "sa.pub").write_bytes(sa_pub)
         (self.workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
+
+    def ca(self) -> certs.KeyPair:
+        """The plane's CA, to sign certificates for more clients (a real node's kubelet)."""
+        return certs.KeyPair(self.ca_file.read_bytes(), (self.pki / "ca.key").read_bytes())
+
+    def _write_apiserver_cert(self, ca: certs.KeyPair) -> None:
+        gateway = (self.pod_gateway,) if self.pod_gateway else ()
+        certs.issue(
+            ca,
+            "kube-apiserver",
+            dns_names=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ),
+            ip_addresses=("127.0.0.1", "10.0.0.1", *gateway),
+        ).write(self.pki / "apiserver.crt", self.pki / "apiserver.key")
 
     def _write_kubeconfig(self, path: Path, user: str) -> None:
         config = {
@@ -354,10 +365,22 @@ class LocalPlane:
 
     def _apiserver_args(self) -> list[str]:
         p, pki = self.ports, self.pki
+        real_node: list[str] = []
+        if self.pod_gateway:
+            real_node = [
+                # No kube-proxy: a webhook behind a Service is called at its
+                # endpoint's address, not at the ClusterIP nothing routes.
+                "--enable-aggregator-routing=true",
+                # logs, exec, port-forward on a real kubelet (webhook authn/authz).
+                f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            ]
         return [
             self.binary("kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{p.etcd}",
-            "--bind-address=127.0.0.1",
+            # Pods on a real node's bridge reach the host only at the
+            # gateway, an address that exists once the bridge does.
+            f"--bind-address={'0.0.0.0' if self.pod_gateway else '127.0.0.1'}",
             "--advertise-address=127.0.0.1",
             "--endpoint-reconciler-type=none",
             f"--secure-port={p.apiserver}",
@@ -378,6 +401,7 @@ class LocalPlane:
             # machine serves; lower limits only add 429s under churn.
             "--max-requests-inflight=800",
             "--max-mutating-requests-inflight=400",
+            *real_node,
             "--v=1",
         ]
 
@@ -415,6 +439,30 @@ class LocalPlane:
         and restart, as a supervisor (kubelet, systemd) would do it."""
         self.kill_apiserver(sig)
         self.start_apiserver()
+
+    def open_to_pods(self, gateway: str) -> None:
+        """What a real node's pods and kubelet need from the API server, without
+        kube-proxy: it listens on every address (pods reach it at their bridge's
+        `gateway`, also added to its certificate's SANs), routes webhook and
+        aggregated calls to Service endpoints directly, and presents a client
+        certificate (group system:masters) to kubelets for logs and exec.
+        Restarts the API server with these settings (same port, etcd and
+        objects); a no-op when already open to `gateway`."""
+        if self.pod_gateway == gateway:
+            return
+        self.pod_gateway = gateway
+        ca = self.ca()
+        self._write_apiserver_cert(ca)
+        certs.issue(
+            ca,
+            "kube-apiserver-kubelet-client",
+            organizations=("system:masters",),
+            server=False,
+            client=True,
+        ).write(
+            self.pki / "apiserver-kubelet-client.crt", self.pki / "apiserver-kubelet-client.key"
+        )
+        self.restart_apiserver()
 
     def _start_controller_manager(self) -> None:
         self._spawn(
