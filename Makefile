@@ -59,6 +59,10 @@ test: $(STAMP) plane lint typecheck ## everything CI runs (bench-quick last: cor
 test-unit: $(STAMP) ## unit tests only (no control plane)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+.PHONY: test-realnode
+test-realnode: $(STAMP) plane node-tools ## the real-node tests (root; a kubelet + containerd node on the local plane)
+	$(PY) -m pytest -m realnode tests/integration/test_real_node.py $(PYTEST_ARGS)
+
 .PHONY: demo
 demo: $(STAMP) plane ## the whole story on a local plane
 	PYTHONPATH=common:operator:node_agent:hack $(PY) e2e/demo.py
