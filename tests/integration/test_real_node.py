@@ -9,17 +9,21 @@ part of `make test` yet: `make test-realnode` runs these (marker `realnode`).
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
 import ssl
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from localplane.plane import LocalPlane
+from localplane.plane import LocalPlane, free_port
 from localplane.realnode import (
     BRIDGE,
     CONTAINERD_RUN,
@@ -33,6 +37,7 @@ from localplane.realnode import (
     primary_ip,
 )
 from localplane.waiting import wait_for
+from vnpu_common import certs
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]
 
@@ -163,6 +168,92 @@ def test_pod_reaches_the_api_server_at_the_gateway(
         ctx.wrap_socket(raw, server_hostname=POD_GATEWAY) as tls,
     ):
         assert tls.version() is not None
+
+
+class _Refuser(BaseHTTPRequestHandler):
+    """An admission webhook that refuses every request, naming itself."""
+
+    def do_POST(self) -> None:
+        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = json.dumps(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {
+                    "uid": review["request"]["uid"],
+                    "allowed": False,
+                    "status": {"message": "refused by the webhook behind the Service"},
+                },
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+def test_webhook_behind_a_service_is_called_at_its_endpoint(
+    plane: LocalPlane, real_node: RealNode, namespace: str, tmp_path: Path
+) -> None:
+    """No kube-proxy routes ClusterIPs: the API server must call a webhook's
+    Service at its endpoint's address (--enable-aggregator-routing)."""
+    service = "refuser"
+    pair = certs.issue(plane.ca(), service, dns_names=(f"{service}.{namespace}.svc",))
+    pair.write(tmp_path / "tls.crt", tmp_path / "tls.key")
+    port = free_port()
+    server = ThreadingHTTPServer((real_node.node_ip, port), _Refuser)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    webhook = f"refuser-{namespace}"
+    try:
+        for manifest in (
+            {"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": service, "namespace": namespace},
+             "spec": {"ports": [{"port": 443, "targetPort": port}]}},
+            {"apiVersion": "v1", "kind": "Endpoints",
+             "metadata": {"name": service, "namespace": namespace},
+             "subsets": [{"addresses": [{"ip": real_node.node_ip}],
+                          "ports": [{"port": port}]}]},
+            {"apiVersion": "admissionregistration.k8s.io/v1",
+             "kind": "ValidatingWebhookConfiguration",
+             "metadata": {"name": webhook},
+             "webhooks": [{
+                 "name": "refuser.localplane.vnpu.io",
+                 "clientConfig": {
+                     "service": {"namespace": namespace, "name": service, "port": 443},
+                     "caBundle": base64.b64encode(plane.ca_file.read_bytes()).decode(),
+                 },
+                 "rules": [{"operations": ["CREATE"], "apiGroups": [""],
+                            "apiVersions": ["v1"], "resources": ["configmaps"]}],
+                 "namespaceSelector": {
+                     "matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                 "failurePolicy": "Fail",
+                 "sideEffects": "None",
+                 "admissionReviewVersions": ["v1"],
+                 "timeoutSeconds": 5,
+             }]},
+        ):  # fmt: skip
+            plane.apply(manifest)
+
+        def refused() -> str:
+            out = plane.kubectl(
+                "create", "configmap", f"probe-{uuid.uuid4().hex[:6]}", "-n", namespace,
+                check=False,
+            )  # fmt: skip
+            return out.stderr if out.returncode != 0 else ""
+
+        # The webhook configuration takes effect a moment after the write.
+        message = wait_for("the webhook to be called", refused, 30, interval=0.5)
+        assert "refused by the webhook behind the Service" in message
+    finally:
+        plane.kubectl("delete", "validatingwebhookconfiguration", webhook, check=False)
+        server.shutdown()
 
 
 def test_graceful_delete_honours_a_short_grace_period(
