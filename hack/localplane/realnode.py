@@ -371,7 +371,12 @@ state = '{c / "state"}'
         net_d.mkdir(parents=True, exist_ok=True)
         (net_d / "10-vnpu-localplane.conflist").write_text(json.dumps(self._cni_config()))
         (c / "config.toml").write_text(self._containerd_config(self._pause_image()))
-        self.plane._spawn("containerd", [self.tool("containerd"), f"--config={c / 'config.toml'}"])
+        # runc is named in the config, but the shim's `-info` probe (which
+        # containerd runs for the CRI's runtime status) looks it up on PATH.
+        env = {**os.environ, "PATH": f"{self.tools}{os.pathsep}{os.environ.get('PATH', '')}"}
+        self.plane._spawn(
+            "containerd", [self.tool("containerd"), f"--config={c / 'config.toml'}"], env=env
+        )
 
         def up() -> bool:
             self._check_alive("containerd")

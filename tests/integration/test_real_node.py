@@ -49,6 +49,7 @@ def real_node(plane: LocalPlane) -> Iterator[RealNode]:
     print(f"[realnode] timings: {node.timings}")
     yield node
     node.stop()
+    print(f"[realnode] stopped in {node.timings['node_stop']:.1f}s")
 
 
 def _pod(name: str, node: RealNode, script: str, **spec: Any) -> dict[str, Any]:
