@@ -52,7 +52,7 @@ from vnpu_operator.placement import (
 )
 from vnpu_operator.placing import Placer
 from vnpu_operator.podstate import Expectations, PodState, Write
-from vnpu_operator.slim import slim_pod
+from vnpu_operator.slim import resource_version, slim_pod
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,14 @@ class Controller:
             keys.discard(key)
             if not keys:
                 del self.allocs_by_pod[pod_uid]
-        self.ledger.remove_allocation(key)
+        # Only its agent removes the finalizer of an allocation being deleted,
+        # after destroying the vNPU (unless the operator released one no agent
+        # serves): its capacity is free now, not at the next inventory.
+        meta = obj.get("metadata") or {}
+        destroyed = bool(meta.get("deletionTimestamp")) and not self.expect.pending(
+            Write.UNFINALIZE, key
+        )
+        self.ledger.remove_allocation(key, destroyed=destroyed, version=resource_version(obj))
         self.expect.seen(Write.CREATE, key)
         self.expect.seen(Write.DELETE, key)
         self.expect.seen(Write.UNFINALIZE, key)

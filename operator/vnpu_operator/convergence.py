@@ -32,25 +32,13 @@ from vnpu_common import names
 from vnpu_common.backoff import Backoff
 from vnpu_common.rawcall import call_json
 from vnpu_operator.controller import Controller
+from vnpu_operator.slim import resource_version
 
 log = logging.getLogger(__name__)
 
 Raw = dict[str, Any]
 # Names and resourceVersions only: a few hundred bytes an object.
 _METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-
-
-def resource_version(obj: Mapping[str, Any]) -> int | None:
-    """As a number: etcd's revision. The API calls resourceVersions opaque,
-    but every server in use numbers them so; if one ever does not, nothing
-    is forgotten (None never compares)."""
-    value = (obj.get("metadata") or {}).get("resourceVersion")
-    if not isinstance(value, str | int):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.leases import LeaseLiveness
 from vnpu_operator.placement import InvalidInventoryError, Ledger, NodeInventory
-from vnpu_operator.slim import slim_node
+from vnpu_operator.slim import resource_version, slim_node
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class Inventories:
         except InvalidInventoryError as exc:
             log.warning("inventory of %s is unreadable, keeping the last one: %s", name, exc)
             return
-        self.ledger.upsert_node(inventory)
+        self.ledger.upsert_node(inventory, version=resource_version(vnpu_node))
         if old is not None and old.live and not inventory.live:
             why = "Node object is gone" if name not in self.nodes else "agent Lease expired"
             self.lost(name, why)

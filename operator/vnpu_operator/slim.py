@@ -52,3 +52,16 @@ def slim_object(body: Mapping[str, Any]) -> Raw:
     if "managedFields" in (raw.get("metadata") or {}):
         raw["metadata"] = _metadata(raw)
     return raw
+
+
+def resource_version(obj: Mapping[str, Any]) -> int | None:
+    """As a number: etcd's revision. The API calls resourceVersions opaque,
+    but every server in use numbers them so; if one ever does not, nothing
+    is forgotten (None never compares)."""
+    value = (obj.get("metadata") or {}).get("resourceVersion")
+    if not isinstance(value, str | int):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None

@@ -8,7 +8,7 @@ allocation covers (orphans hold capacity until the agent collects them).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vnpu_common.api.models import ChipStatus, TemplateResources
@@ -87,8 +87,15 @@ class NodeState:
 
 
 def build_node_state(
-    inventory: NodeInventory, allocations: Iterable[Allocation], catalog: Catalog
+    inventory: NodeInventory,
+    allocations: Iterable[Allocation],
+    catalog: Catalog,
+    destroyed: Collection[tuple[int, int, str]] = (),
 ) -> NodeState:
+    """`destroyed`: (chip, id, template) of vNPUs the inventory may still
+    list although their agent destroyed them (it removes an allocation's
+    finalizer only after the destroy, and publishes inventories seconds
+    apart): they hold neither capacity nor their id."""
     chips = {chip.index: ChipState(chip) for chip in inventory.status.chips}
     used_ids: set[int] = set()
     covered: set[tuple[int, int, str]] = set()
@@ -103,6 +110,8 @@ def build_node_state(
             state.allocated += 1
     for state in chips.values():
         for vnpu in state.chip.vnpus:
+            if (state.chip.index, vnpu.id, vnpu.template) in destroyed:
+                continue
             used_ids.add(vnpu.id)
             if (state.chip.index, vnpu.id, vnpu.template) not in covered:
                 state.used = state.used + _need_or_whole_chip(state.chip, vnpu.template, catalog)

@@ -52,6 +52,9 @@ class Ledger:
         self._by_pod: dict[str, set[str]] = {}
         self._by_node: dict[str, set[str]] = {}
         self._catalog: dict[tuple[str, str], TemplateResources] = {}
+        # node -> (chip, id, template) -> deletion resourceVersion of vNPUs
+        # destroyed since the node's inventory last showed it.
+        self._destroyed: dict[str, dict[tuple[int, int, str], int | None]] = {}
         # Moves whenever the set of offered (chip model, template) pairs may
         # have changed; most inventory updates change capacity, not the offer.
         self.catalog_epoch = 0
@@ -75,7 +78,10 @@ class Ledger:
 
     # ---------------------------------------------------------------- nodes
 
-    def upsert_node(self, inventory: NodeInventory) -> None:
+    def upsert_node(self, inventory: NodeInventory, *, version: int | None = None) -> None:
+        """`version`: the VNPUNode's resourceVersion, which tells whether the
+        inventory was published after a vNPU was destroyed."""
+        self._forget_destroyed(inventory, version)
         old = self._nodes.get(inventory.name)
         self._nodes[inventory.name] = inventory
         self._fits.pop(inventory.name, None)
@@ -158,13 +164,37 @@ class Ledger:
         self._by_node.setdefault(allocation.node, set()).add(allocation.key)
         return True
 
-    def remove_allocation(self, key: str) -> Allocation | None:
-        """Call once the object is gone (its vNPU destroyed), not when it is
-        merely marked for deletion: until then the id must stay taken."""
+    def remove_allocation(
+        self, key: str, *, destroyed: bool = False, version: int | None = None
+    ) -> Allocation | None:
+        """Call once the object is gone, not when it is merely marked for
+        deletion: until then the id must stay taken. `destroyed`: its agent
+        removed the finalizer, which it does only after destroying the vNPU,
+        so the vNPU no longer holds capacity even while the node's inventory,
+        published seconds apart, still lists it; `version` is the deletion's
+        resourceVersion."""
         old = self._allocs.pop(key, None)
         if old is not None:
             self._unindex(old)
+            if destroyed:
+                vnpu = (old.chip, old.vnpu_id, old.template)
+                self._destroyed.setdefault(old.node, {})[vnpu] = version
         return old
+
+    def _forget_destroyed(self, inventory: NodeInventory, version: int | None) -> None:
+        """A destroyed vNPU is forgotten once an inventory no longer lists it,
+        or lists it although published after the destroy: then it exists
+        after all (made again by hand, say) and holds capacity again."""
+        destroyed = self._destroyed.get(inventory.name)
+        if not destroyed:
+            return
+        listed = {(c.index, v.id, v.template) for c in inventory.status.chips for v in c.vnpus}
+        for vnpu, deleted_at in list(destroyed.items()):
+            newer = version is not None and deleted_at is not None and version > deleted_at
+            if vnpu not in listed or newer:
+                del destroyed[vnpu]
+        if not destroyed:
+            del self._destroyed[inventory.name]
 
     def release(self, pod_uid: str) -> tuple[Allocation, ...]:
         """Drops every allocation of a pod; returns what was dropped."""
@@ -196,7 +226,8 @@ class Ledger:
 
     def _state(self, inventory: NodeInventory) -> NodeState:
         allocs = (self._allocs[k] for k in self._by_node.get(inventory.name, ()))
-        return build_node_state(inventory, allocs, self._catalog)
+        destroyed = self._destroyed.get(inventory.name, {})
+        return build_node_state(inventory, allocs, self._catalog, destroyed)
 
     def capacity(self, node: str | None = None) -> list[ChipCapacity]:
         """Per-chip total/used/free, for metrics; one node or all."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnpu_operator.convergence import Listing, resource_version, stale
+from vnpu_operator.convergence import Listing, stale
+from vnpu_operator.slim import resource_version
 
 
 def obj(name: str, rv: str | None, namespace: str | None = "ns") -> dict[str, Any]:

@@ -427,3 +427,46 @@ def test_avoided_nodes_are_skipped_with_their_own_reason() -> None:
     result = nofit(ledger.place(request("p2"), avoid={"a", "b"}))
     assert result.node_reasons == {"a": Reason.FAILED_BEFORE, "b": Reason.FAILED_BEFORE}
     assert "failed there before" in result.message
+
+
+def _full_chip_and_its_inventory() -> tuple[Ledger, list[Allocation], NodeInventory]:
+    """One 910B3 chip holding four vir05 vNPUs (all it takes), and the
+    inventory its agent publishes once they exist."""
+    ledger = ledger_with(node("n1"))
+    allocs = [
+        a
+        for i in range(4)
+        for a in placed(ledger.place(request(f"p{i}"), Policy.BINPACK)).allocations
+    ]
+    listed = chip("910B3", 0, vnpus=[(a.vnpu_id, a.template) for a in allocs])
+    inventory = node("n1", [listed])
+    ledger.upsert_node(inventory, version=40)
+    assert isinstance(ledger.place(request("late"), Policy.BINPACK), NoFit)
+    return ledger, allocs, inventory
+
+
+def test_capacity_of_a_destroyed_vnpu_is_free_before_the_inventory_says_so() -> None:
+    ledger, allocs, inventory = _full_chip_and_its_inventory()
+    # The agent destroyed it and removed the finalizer; its next inventory is
+    # seconds away and the current one still lists the vNPU.
+    ledger.remove_allocation(allocs[0].key, destroyed=True, version=50)
+    again = placed(ledger.place(request("late"), Policy.BINPACK))
+    assert again.allocations[0].vnpu_id == allocs[0].vnpu_id  # its id is free too
+    # An inventory published before the destroy changes nothing.
+    ledger.upsert_node(inventory, version=45)
+    assert ledger.capacity("n1")[0].orphans == 0
+
+
+def test_a_destroyed_vnpu_listed_by_a_newer_inventory_exists_after_all() -> None:
+    ledger, allocs, inventory = _full_chip_and_its_inventory()
+    ledger.remove_allocation(allocs[0].key, destroyed=True, version=50)
+    ledger.upsert_node(inventory, version=60)  # published after the destroy, still listed
+    assert isinstance(ledger.place(request("late"), Policy.BINPACK), NoFit)
+    assert ledger.capacity("n1")[0].orphans == 1
+
+
+def test_an_allocation_gone_without_its_agent_keeps_its_vnpu_counted() -> None:
+    ledger, allocs, _ = _full_chip_and_its_inventory()
+    # Finalizer removed by someone else: the vNPU may well exist.
+    ledger.remove_allocation(allocs[0].key)
+    assert isinstance(ledger.place(request("late"), Policy.BINPACK), NoFit)
