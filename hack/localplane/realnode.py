@@ -118,6 +118,9 @@ class RealNode:
         self.node_ip = ""
         self.timings: dict[str, float] = {}
         self._lock: IO[str] | None = None
+        # The workdir of a node that held the lock before and may have left
+        # mounts there (a run killed before its stop()).
+        self._previous: Path | None = None
         self._started = False
 
     # -- paths -------------------------------------------------------------
@@ -204,6 +207,9 @@ class RealNode:
                 f"machine because the kubelet and the runc shims use the fixed host paths "
                 f"{KUBELET_ROOT} and {CONTAINERD_RUN}. Stop it first."
             ) from None
+        lock.seek(0)
+        previous = lock.read().strip().partition(", workdir ")[2]
+        self._previous = Path(previous) if previous else None
         lock.seek(0)
         lock.truncate()
         lock.write(f"pid {os.getpid()}, workdir {self.workdir}\n")
@@ -503,7 +509,8 @@ state = '{c / "state"}'
         for pid in self._leftover_pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        roots = (KUBELET_ROOT, CONTAINERD_RUN, self.workdir / "containerd")
+        workdirs = {self.workdir, *([self._previous] if self._previous else [])}
+        roots = (KUBELET_ROOT, CONTAINERD_RUN, *(w / "containerd" for w in workdirs))
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         for _ in range(3):
             points = sorted((p for p in _mount_points() if _under(p, roots)), reverse=True)
