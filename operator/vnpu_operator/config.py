@@ -62,6 +62,11 @@ class OperatorSettings(BaseSettings):
     webhook_dns_names: list[str] = Field(
         default_factory=list, description="Extra DNS names for a self-signed certificate."
     )
+    runtime_class_name: str = Field(
+        default="",
+        description="RuntimeClass the mutating webhook sets on vNPU pods that name none "
+        "(e.g. one whose handler is Ascend Docker Runtime); empty: pods are left as they are.",
+    )
 
     metrics_host: str = "0.0.0.0"
     metrics_port: int = Field(default=9100, ge=0, le=65535)

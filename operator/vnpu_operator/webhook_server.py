@@ -83,7 +83,7 @@ class WebhookServer:
         return context
 
     async def start(self) -> None:
-        app = create_app(self.offered)
+        app = create_app(self.offered, runtime_class_name=self.settings.runtime_class_name)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(

@@ -38,10 +38,15 @@ def runtime_options_env() -> dict[str, Any]:
     return {"name": names.ENV_RUNTIME_OPTIONS, "value": names.RUNTIME_OPTIONS_VIRTUAL}
 
 
-def mutate_pod(pod: Mapping[str, Any]) -> list[JsonPatchOp]:
+def mutate_pod(pod: Mapping[str, Any], runtime_class_name: str = "") -> list[JsonPatchOp]:
     """Ops adding the scheduling gate, the finalizer and the env; [] for pods not
     asking for vNPUs. Raises AnnotationError for a malformed request and
-    AdmissionError for a pod whose fields have the wrong shape."""
+    AdmissionError for a pod whose fields have the wrong shape.
+
+    With `runtime_class_name`, a pod that names no RuntimeClass gets that one
+    (the runtime that maps vNPUs into containers, Ascend Docker Runtime on
+    Ascend hosts). A pod that names another keeps it: its owner chose a
+    runtime, perhaps one that wraps Ascend's, and we cannot tell."""
     if not requests_vnpus(pod):
         return []
     request = parse_request(pod)
@@ -67,6 +72,8 @@ def mutate_pod(pod: Mapping[str, Any]) -> list[JsonPatchOp]:
     for ref in _selected(pod, request.containers):
         container = spec[ref.field][ref.index]
         ops += _env_ops(ref, container.get("env"))
+    if runtime_class_name and not spec.get("runtimeClassName"):
+        ops.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class_name})
     return ops
 
 

@@ -41,7 +41,9 @@ class Decision:
     patch: list[JsonPatchOp] = field(default_factory=list)
 
 
-def decide_mutation(pod: Mapping[str, Any], offered: OfferedTemplates | None) -> Decision:
+def decide_mutation(
+    pod: Mapping[str, Any], offered: OfferedTemplates | None, runtime_class_name: str = ""
+) -> Decision:
     """Rejects here already, with the same messages as the validating webhook:
     the mutating webhook runs first, and a patch of a bad pod would be wasted."""
     if not requests_vnpus(pod):
@@ -50,16 +52,18 @@ def decide_mutation(pod: Mapping[str, Any], offered: OfferedTemplates | None) ->
     if problems:
         return Decision(allowed=False, problems=problems)
     try:
-        return Decision(allowed=True, patch=mutate_pod(pod))
+        return Decision(allowed=True, patch=mutate_pod(pod, runtime_class_name))
     except AdmissionError as exc:
         return Decision(allowed=False, problems=list(exc.problems))
 
 
-def decide_validation(pod: Mapping[str, Any], offered: OfferedTemplates | None) -> Decision:
+def decide_validation(
+    pod: Mapping[str, Any], offered: OfferedTemplates | None, runtime_class_name: str = ""
+) -> Decision:
     """Also requires the mutation to be in place: a pod without the gate could
     start before its vNPUs exist (another webhook may have undone ours). The
     same checks as the mutation; a patch it would still make is what is missing."""
-    verdict = decide_mutation(pod, offered)
+    verdict = decide_mutation(pod, offered, runtime_class_name)
     missing = verdict.patch
     if not verdict.allowed:
         return verdict
@@ -76,11 +80,11 @@ def decide_validation(pod: Mapping[str, Any], offered: OfferedTemplates | None) 
     return Decision(allowed=True)
 
 
-def create_app(offered: OfferedSource) -> web.Application:
+def create_app(offered: OfferedSource, *, runtime_class_name: str = "") -> web.Application:
     """POST /mutate, POST /validate, GET /healthz. TLS is the caller's: the
-    API server only calls https endpoints."""
+    API server only calls https endpoints. `runtime_class_name`: see mutate_pod."""
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    hooks = _Hooks(offered)
+    hooks = _Hooks(offered, runtime_class_name)
     app.router.add_post(names.WEBHOOK_MUTATE_PATH, hooks.mutate)
     app.router.add_post(names.WEBHOOK_VALIDATE_PATH, hooks.validate)
     app.router.add_get(names.WEBHOOK_HEALTH_PATH, _healthz)
@@ -103,12 +107,13 @@ class ReviewRequest:
     obj: Any
 
 
-Decide = Callable[[Mapping[str, Any], OfferedTemplates | None], Decision]
+Decide = Callable[[Mapping[str, Any], OfferedTemplates | None, str], Decision]
 
 
 class _Hooks:
-    def __init__(self, offered: OfferedSource) -> None:
+    def __init__(self, offered: OfferedSource, runtime_class_name: str) -> None:
         self._offered = offered
+        self._runtime_class_name = runtime_class_name
 
     async def mutate(self, request: web.Request) -> web.Response:
         return await self._handle(request, decide_mutation)
@@ -141,7 +146,7 @@ class _Hooks:
         # by mistake passes untouched rather than failing closed on foreign objects.
         if review.operation != "CREATE" or review.kind != "Pod" or review.sub_resource:
             return Decision(allowed=True)
-        return decide(review.obj, self._current_offer())
+        return decide(review.obj, self._current_offer(), self._runtime_class_name)
 
     def _current_offer(self) -> OfferedTemplates | None:
         try:

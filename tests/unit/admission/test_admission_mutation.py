@@ -220,3 +220,24 @@ def test_finalizers_not_a_list_raise(make_pod: PodFactory) -> None:
     pod["metadata"]["finalizers"] = "vnpu.io/release"
     with pytest.raises(AdmissionError, match=r"metadata\.finalizers is not a list"):
         mutate_pod(pod)
+
+
+def test_runtime_class_is_set_on_a_pod_naming_none(make_pod: PodFactory) -> None:
+    pod = make_pod()
+    ops = mutate_pod(pod, "ascend")
+    assert {"op": "add", "path": "/spec/runtimeClassName", "value": "ascend"} in ops
+    patched: dict[str, Any] = jsonpatch.apply_patch(pod, ops)
+    assert patched["spec"]["runtimeClassName"] == "ascend"
+    # Reinvoked on its own result, the webhook has nothing left to add.
+    assert mutate_pod(patched, "ascend") == []
+
+
+def test_runtime_class_named_by_the_pod_is_kept(make_pod: PodFactory) -> None:
+    pod = make_pod(runtimeClassName="kata")
+    patched: dict[str, Any] = jsonpatch.apply_patch(pod, mutate_pod(pod, "ascend"))
+    assert patched["spec"]["runtimeClassName"] == "kata"
+
+
+def test_no_runtime_class_without_the_setting_or_a_vnpu_request(make_pod: PodFactory) -> None:
+    assert not [op for op in mutate_pod(make_pod()) if "runtimeClassName" in op["path"]]
+    assert mutate_pod(make_pod(template=None), "ascend") == []
