@@ -43,6 +43,12 @@ class AgentSettings(BaseSettings):
         description="Simulated chips when the node has no sim.vnpu.io/chips annotation, "
         "e.g. 910B3=4,310P3=2.",
     )
+    sim_device_dir: Path | None = Field(
+        default=None,
+        description="Sim driver only: make a character device vdavinci<id> here per vNPU "
+        "(what a real driver makes under /dev), for a container runtime on a real node; "
+        "one node only, as vNPU ids are per host. Unset: no device nodes.",
+    )
     npu_smi_path: str = "npu-smi"
     dcmi_library: str = "libdcmi.so"
     driver_timeout_seconds: float = Field(default=30.0, gt=0)
@@ -85,6 +91,8 @@ class AgentSettings(BaseSettings):
     def _check(self) -> AgentSettings:
         if self.simulate_nodes and self.driver != "sim":
             raise ValueError("simulate_nodes needs driver=sim")
+        if self.sim_device_dir is not None and (self.driver != "sim" or len(self.nodes) != 1):
+            raise ValueError("sim_device_dir needs driver=sim serving exactly one node")
         if not self.simulate_nodes and not self.node_name:
             raise ValueError("node_name is required (flag --node-name or VNPU_NODE_NAME)")
         return self

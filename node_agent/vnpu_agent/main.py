@@ -54,7 +54,7 @@ async def build_driver(settings: AgentSettings, core: client.CoreV1Api, node: st
         layout = await _sim_layout(core, node, settings.sim_chips)
         state = settings.state_dir / node / "sim" / "state.json"
         state.parent.mkdir(parents=True, exist_ok=True)
-        return SimDriver(state, layout)
+        return SimDriver(state, layout, device_dir=settings.sim_device_dir)
     from vnpu_agent.drivers import make_driver
 
     options: dict[str, Any]

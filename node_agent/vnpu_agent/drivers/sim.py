@@ -25,6 +25,7 @@ works and is the way out.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -60,8 +61,13 @@ from vnpu_agent.drivers.sim_rules import (
     to_public,
 )
 from vnpu_agent.drivers.sim_state import Failure, SimState, SimStateError, SimVnpu, StateStore
+from vnpu_common import names
 
-__all__ = ["MAX_CHIPS", "RebootReport", "SimDriver", "parse_layout"]
+__all__ = ["MAX_CHIPS", "NULL_DEVICE", "RebootReport", "SimDriver", "parse_layout"]
+
+# Major and minor of /dev/null on Linux (devices.txt), the device every
+# simulated vNPU node is.
+NULL_DEVICE: tuple[int, int] = (1, 3)
 
 
 class SimDriver:
@@ -73,11 +79,20 @@ class SimDriver:
         layout: Mapping[str, int] | str | None = None,
         *,
         recover_path: str | os.PathLike[str] | None = None,
+        device_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         """Opens the state at `state_path`, creating it from `layout` if it
         does not exist. An existing state must have been made for the same
         layout. The config-recover file defaults to `vnpu.cfg` next to the
-        state file: give each simulated node its own directory."""
+        state file: give each simulated node its own directory.
+
+        With `device_dir`, every vNPU also has a character device node
+        `<device_dir>/vdavinci<id>` (the real driver's host name, see
+        names.device_path) while it exists, so that a container runtime on a
+        real node can map it into a container. The node is /dev/null's
+        device (1:3): a process in the container can open, read and write it
+        harmlessly, and no driver needs to be loaded."""
+        self.device_dir = Path(device_dir) if device_dir is not None else None
         self.state_path = Path(state_path)
         self.recover_path = (
             Path(recover_path) if recover_path else self.state_path.parent / "vnpu.cfg"
@@ -159,6 +174,9 @@ class SimDriver:
                         c.physical_id, new_id, c.card_id, c.device_id, template
                     ),
                 )
+            # The device exists once the driver made the vNPU, even if the
+            # call then fails (the "fails midway" fault leaves it behind).
+            self._make_device_node(new_id)
             fire_failure(state, "create", what, after=True)
             return to_public(state.vnpus[new_id])
 
@@ -185,6 +203,7 @@ class SimDriver:
             state.vanished.discard(vnpu_id)
             state.stuck.discard(vnpu_id)
             sim_recover.remove(self.recover_path, c.physical_id, vnpu_id)
+            self._remove_device_node(vnpu_id)
             fire_failure(state, "destroy", what, after=True)
 
     def set_config_recover(self, enabled: bool) -> None:
@@ -219,6 +238,8 @@ class SimDriver:
         on, the config-recover file is replayed line by line."""
         report = RebootReport()
         with self._store.transaction() as state:
+            for vnpu_id in state.vnpus:
+                self._remove_device_node(vnpu_id)
             state.vnpus.clear()
             state.stuck.clear()
             state.vanished.clear()
@@ -227,7 +248,30 @@ class SimDriver:
                 return report
             for line in sim_recover.read_lines(self.recover_path):
                 replay(state, line, report)
+            for vnpu_id in state.vnpus:
+                self._make_device_node(vnpu_id)
         return report
+
+    def device_node(self, vnpu_id: int) -> Path | None:
+        """Where the vNPU's device node is (exists or not); None without a device dir."""
+        if self.device_dir is None:
+            return None
+        return self.device_dir / Path(names.device_path(vnpu_id)).name
+
+    def _make_device_node(self, vnpu_id: int) -> None:
+        path = self.device_node(vnpu_id)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(*NULL_DEVICE))
+        # mknod's mode is masked by the umask; the runtime copies the mode.
+        os.chmod(path, 0o666)
+
+    def _remove_device_node(self, vnpu_id: int) -> None:
+        path = self.device_node(vnpu_id)
+        if path is not None:
+            path.unlink(missing_ok=True)
 
     def inject_failure(
         self,
