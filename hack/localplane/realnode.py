@@ -24,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +52,17 @@ REAL_NODE_LABEL = "localplane.vnpu.io/real-node"
 IMAGE_REPO = "localhost/vnpu-localplane"
 # The tests' plain-container image: static busybox (hack/node/build.sh).
 TEST_IMAGE = f"{IMAGE_REPO}/busybox:1"
+
+# The Ascend Docker Runtime stand-in (ascend_runtime.py), a containerd runtime
+# handler selected by this RuntimeClass, which the plane gets with the node.
+ASCEND_RUNTIME = Path(__file__).with_name("ascend_runtime.py")
+ASCEND_HANDLER = "ascend"
+ASCEND_RUNTIME_CLASS: dict[str, Any] = {
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {"name": ASCEND_HANDLER},
+    "handler": ASCEND_HANDLER,
+}
 
 _MNT_DETACH = 2
 
@@ -133,6 +145,13 @@ class RealNode:
     def pki(self) -> Path:
         return self.workdir / "pki"
 
+    @property
+    def device_dir(self) -> Path:
+        """Where the `ascend` runtime looks for host device nodes (the
+        agent's --sim-device-dir): /dev on an Ascend host, here a directory
+        of our own so that tests never touch /dev."""
+        return self.workdir / "dev"
+
     def tool(self, name: str) -> str:
         if self.tools is None:
             raise RealNodeError("node tools not resolved; start() first")
@@ -160,12 +179,14 @@ class RealNode:
             self.timings["apiserver_restart"] = time.monotonic() - t1
             t2 = time.monotonic()
             self._write_pki()
+            self._write_ascend_runtime()
             progress("starting containerd")
             self._start_containerd()
             self._import_images()
             progress(f"starting the kubelet as node {self.name} ({self.node_ip})")
             self._start_kubelet()
             self._wait_ready()
+            self.plane.apply(ASCEND_RUNTIME_CLASS)
             self.timings["node_start"] = time.monotonic() - t2
             progress(f"real node {self.name} Ready in {self.timings['node_start']:.1f}s")
         except BaseException:
@@ -270,6 +291,19 @@ class RealNode:
         }
         (self.workdir / "kubelet.kubeconfig").write_text(yaml.safe_dump(config))
 
+    def _write_ascend_runtime(self) -> None:
+        # The shim execs BinaryName with runc's arguments only, so the
+        # stand-in's settings travel in the environment of a wrapper.
+        self.device_dir.mkdir(parents=True, exist_ok=True)
+        wrapper = self.workdir / "ascend-runtime"
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            f"export VNPU_STANDIN_RUNC='{self.tool('runc')}'\n"
+            f"export VNPU_STANDIN_DEVICE_DIR='{self.device_dir}'\n"
+            f"exec '{sys.executable}' '{ASCEND_RUNTIME}' \"$@\"\n"
+        )
+        wrapper.chmod(0o755)
+
     def _containerd_config(self, pause_image: str) -> str:
         c = self.workdir / "containerd"
         return f"""\
@@ -296,6 +330,13 @@ state = '{c / "state"}'
         runtime_path = '{self.tool("containerd-shim-runc-v2")}'
         [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
           BinaryName = '{self.tool("runc")}'
+          Root = '{c / "runc"}'
+          SystemdCgroup = false
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{ASCEND_HANDLER}]
+        runtime_type = 'io.containerd.runc.v2'
+        runtime_path = '{self.tool("containerd-shim-runc-v2")}'
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{ASCEND_HANDLER}.options]
+          BinaryName = '{self.workdir / "ascend-runtime"}'
           Root = '{c / "runc"}'
           SystemdCgroup = false
     [plugins.'io.containerd.cri.v1.runtime'.cni]
