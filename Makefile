@@ -32,6 +32,10 @@ plane: ## build (or reuse) the control-plane binaries from Go modules
 node-tools: ## build (or reuse) the real node's kubelet, containerd, runc, CNI plugins and pause
 	@bash hack/node/build.sh >/dev/null
 
+.PHONY: image
+image: ## build (or reuse) the product image from Dockerfile without Docker (root); prints its OCI archive
+	@PYTHON=$(PYTHON) bash hack/image/build.sh
+
 .PHONY: crds
 crds: $(STAMP) ## regenerate crds/ from the API models
 	$(PY) -m vnpu_common.api.crdgen crds/

@@ -1,0 +1,1 @@
+"""The product image built without Docker, from `Dockerfile` itself (`make image`)."""

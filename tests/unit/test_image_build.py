@@ -1,0 +1,209 @@
+"""The daemonless image builder's reading of a Dockerfile (hack/image/dockerfile.py):
+Docker's meaning for what it implements, a refusal with the line for anything else, and
+cache keys that change exactly when the image would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from image import build, dockerfile
+from image.dockerfile import DockerfileError, DockerIgnore
+
+BASE = "FROM debian:bookworm-slim AS base\n"
+
+
+def _target(text: str) -> dockerfile.Stage:
+    return dockerfile.plan(text).target
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("FROM python:3.11-slim\n", "only FROM debian"),
+        (BASE + "ADD x /x\n", "does not implement ADD"),
+        (BASE + "HEALTHCHECK CMD true\n", "does not implement HEALTHCHECK"),
+        (BASE + 'SHELL ["/bin/bash", "-c"]\n', "does not implement SHELL"),
+        (BASE + "RUN --mount=type=cache,target=/root/.cache true\n", "--mount"),
+        (BASE + "COPY --chown=1:1 a /a\n", "--chown"),
+        (BASE + "COPY *.py /src/\n", "wildcards"),
+        (BASE + "RUN <<EOF\ntrue\nEOF\n", "here-documents"),
+        (BASE + "COPY --from=nothing /a /a\n", "names no earlier stage"),
+        ("RUN true\n", "only ARG may come before"),
+    ],
+)
+def test_refuses_what_it_does_not_implement(text: str, message: str) -> None:
+    with pytest.raises(DockerfileError, match=message):
+        dockerfile.plan(text)
+
+
+def test_refusal_names_the_line() -> None:
+    with pytest.raises(DockerfileError, match=r"Dockerfile line 3 \(ADD\)"):
+        dockerfile.plan(BASE + "RUN true\nADD x /x\n")
+
+
+def test_args_env_and_substitution_follow_docker() -> None:
+    stage = _target(
+        "ARG RELEASE=bookworm\n"
+        "ARG PKG=python3.11\n"
+        "FROM debian:${RELEASE}-slim\n"
+        "ARG PKG\n"
+        "ARG LOCAL=${PKG}-venv\n"
+        "ENV A=1 B=$A-x\n"  # one ENV sees the values from before it
+        "ENV C=${A}2 D='$A' E=\"$A\" F=${UNSET:-dflt} G=${A:+set}\n"
+        "ENV LEGACY some value\n"
+        "ENV PKG=overridden\n"
+        "WORKDIR /a\n"
+        "WORKDIR b\n"
+        "RUN echo $PKG \\\n"
+        "  # a comment inside a continuation is dropped\n"
+        "  done\n"
+    )
+    env = stage.config.env
+    assert env["PATH"] == dockerfile.DEBIAN_CONFIG_ENV["PATH"]  # inherited from the base
+    assert env["B"] == "-x"
+    assert env["C"] == "12"
+    assert env["D"] == "$A"
+    assert env["E"] == "1"
+    assert env["F"] == "dflt"
+    assert env["G"] == "set"
+    assert env["LEGACY"] == "some value"
+    assert "LOCAL" not in env  # ARGs never reach the image config
+    assert stage.base_ref == "debian:bookworm-slim"
+    assert stage.config.workdir == "/a/b"
+    run = stage.steps[-1]
+    assert isinstance(run, dockerfile.Run)
+    assert run.argv == ("/bin/sh", "-c", "echo $PKG   done")
+    run_env = dict(run.env)
+    assert run_env["PKG"] == "overridden"  # ENV wins over ARG
+    assert run_env["LOCAL"] == "python3.11-venv"  # ARG seen by RUN
+    assert run.workdir == "/a/b"
+    assert [s.path for s in stage.steps if isinstance(s, dockerfile.MakeDir)] == ["/a", "/a/b"]
+
+
+def test_config_is_inherited_across_stages_and_entrypoint_resets_cmd() -> None:
+    plan = dockerfile.plan(
+        BASE + 'LABEL a="one two" b=2\nEXPOSE 80 53/udp\nUSER 5:6\n'
+        'FROM base AS next\nENTRYPOINT ["tini", "--"]\n'
+    )
+    config = plan.target.config.to_oci()
+    assert config["Labels"] == {"a": "one two", "b": "2"}
+    assert config["ExposedPorts"] == {"80/tcp": {}, "53/udp": {}}
+    assert config["User"] == "5:6"
+    assert config["Entrypoint"] == ["tini", "--"]
+    assert "Cmd" not in config  # the base's CMD ["bash"] is dropped by ENTRYPOINT
+    assert plan.target.parent == 0
+    assert dockerfile.plan(BASE).target.config.cmd == ["bash"]
+
+
+def test_only_the_stages_the_target_needs_are_built() -> None:
+    plan = dockerfile.plan(
+        BASE
+        + "FROM base AS unused\nRUN false\n"
+        + "FROM base AS build\nRUN true\n"
+        + "FROM base AS final\nCOPY --from=build /x /x\n"
+    )
+    assert [s.label() for s in plan.needed()] == ["base", "build", "final"]
+    assert plan.parents() == {0}
+
+
+def test_copy_destinations() -> None:
+    stage = _target(BASE + "WORKDIR /src\nCOPY a b ./\nCOPY dir/ dir/\nCOPY f /abs/file\n")
+    copies = [s for s in stage.steps if isinstance(s, dockerfile.Copy)]
+    assert [(c.sources, c.dest, c.dest_is_dir) for c in copies] == [
+        (("a", "b"), "/src", True),
+        (("dir/",), "/src/dir", True),
+        (("f",), "/abs/file", False),
+    ]
+
+
+def test_dockerignore_follows_docker() -> None:
+    ignore = DockerIgnore("# comment\n**/__pycache__\n*.egg-info\nhack\n!hack/image\n/docs\n")
+    assert ignore.excluded("common/pkg/__pycache__/m.pyc")
+    assert ignore.excluded("__pycache__")
+    assert ignore.excluded("x.egg-info/PKG-INFO")
+    assert not ignore.excluded("common/x.egg-info")  # `*` does not cross directories
+    assert ignore.excluded("hack/plane/build.sh")
+    assert not ignore.excluded("hack/image/build.sh")  # re-included by the exception
+    assert ignore.excluded("docs/README.md")
+    assert not ignore.excluded("common/pkg/m.py")
+
+
+def _context(tmp_path: Path) -> Path:
+    (tmp_path / "src" / "pkg" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "m.py").write_text("x = 1\n")
+    (tmp_path / "src" / "pkg" / "__pycache__" / "m.pyc").write_bytes(b"\0")
+    (tmp_path / "other.txt").write_text("not copied\n")
+    (tmp_path / ".dockerignore").write_text("**/__pycache__\n")
+    (tmp_path / "Dockerfile").write_text(
+        BASE + "RUN apt-get update\nWORKDIR /w\nCOPY src/ src/\nRUN make\n"
+    )
+    return tmp_path
+
+
+def _keys(context: Path) -> dockerfile.Keys:
+    plan = dockerfile.plan((context / "Dockerfile").read_text())
+    ignore = DockerIgnore((context / ".dockerignore").read_text())
+    return dockerfile.stage_keys(plan, context, ignore, salt="builder")
+
+
+def test_context_entries_skip_ignored_files(tmp_path: Path) -> None:
+    context = _context(tmp_path)
+    entries = dockerfile.context_entries(context, "src/", DockerIgnore("**/__pycache__\n"))
+    assert [rel for rel, _ in entries] == ["pkg", "pkg/m.py"]
+    with pytest.raises(DockerfileError, match="outside the build context"):
+        dockerfile.context_entries(context, "../etc", DockerIgnore(""))
+    with pytest.raises(DockerfileError, match="not in the build context"):
+        dockerfile.context_entries(context, "src/pkg/__pycache__", DockerIgnore("**/__pycache__"))
+
+
+def test_keys_change_exactly_when_the_image_would(tmp_path: Path) -> None:
+    context = _context(tmp_path)
+    first = _keys(context)
+    # Ignored and uncopied files change nothing.
+    (context / "src" / "pkg" / "__pycache__" / "m.pyc").write_bytes(b"\1")
+    (context / "other.txt").write_text("changed\n")
+    assert _keys(context) == first
+    # A copied source changes the final key, not the root before the first COPY.
+    (context / "src" / "pkg" / "m.py").write_text("x = 2\n")
+    changed = _keys(context)
+    assert changed.final[0] != first.final[0]
+    assert changed.before_copy == first.before_copy
+    assert first.before_copy[0][0] == 2  # RUN apt-get update and WORKDIR come before it
+    # So does a mode change (COPY keeps modes).
+    (context / "src" / "pkg" / "m.py").chmod(0o755)
+    assert _keys(context).final[0] != changed.final[0]
+    # An instruction above the COPY changes both.
+    dockerfile_path = context / "Dockerfile"
+    dockerfile_path.write_text(dockerfile_path.read_text().replace("update", "update -q"))
+    edited = _keys(context)
+    assert edited.before_copy[0][1] != first.before_copy[0][1]
+
+
+def test_resolve_in_root_stays_inside_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "usr" / "lib").mkdir(parents=True)
+    (root / "lib").symlink_to("/usr/lib")  # absolute: means the root's /usr/lib
+    (root / "usr" / "lib" / "f").write_text("")
+    assert build.resolve_in_root(root, "/lib/f") == root / "usr" / "lib" / "f"
+    assert build.resolve_in_root(root, "/../../lib/f") == root / "usr" / "lib" / "f"
+    # The last component is what COPY takes: a link stays a link.
+    assert build.resolve_in_root(root, "/lib") == root / "lib"
+
+
+def test_debian_base_is_slim_minbase_from_debian_packages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("VNPU_DEBIAN_MIRROR", raising=False)
+    monkeypatch.delenv("VNPU_DEBIAN_SECURITY_MIRROR", raising=False)
+    argv = build.debian_argv("debian:bookworm-slim", Path("/r"))
+    assert argv[:3] == ["mmdebstrap", "--mode=root", "--variant=minbase"]
+    assert "--dpkgopt=path-exclude=/usr/share/doc/*" in argv
+    assert argv[-4:] == [
+        "/r",
+        "deb http://deb.debian.org/debian bookworm main",
+        "deb http://deb.debian.org/debian bookworm-updates main",
+        "deb http://deb.debian.org/debian-security bookworm-security main",
+    ]
+    assert not any("path-exclude" in a for a in build.debian_argv("debian:bookworm", Path("/r")))
