@@ -1,4 +1,5 @@
-"""Static checks of the Dockerfile against pyproject.toml and the chart (no Docker here)."""
+"""Static checks of the Dockerfile against pyproject.toml and the chart (no Docker here),
+and proof that `make image` builds the image from this same file."""
 
 from __future__ import annotations
 
@@ -6,9 +7,14 @@ import re
 import tomllib
 from pathlib import Path
 
+from image import build, dockerfile
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 CHART_TEMPLATES = ROOT / "charts" / "vnpu-operator" / "templates"
+IMAGE_BUILDER = ROOT / "hack" / "image"
+# The Python each Debian release ships as python3.X (the image takes Python from Debian).
+DEBIAN_PYTHON = {"bookworm": "3.11", "trixie": "3.13"}
 
 
 def _instructions() -> list[tuple[str, str]]:
@@ -32,22 +38,35 @@ def _scripts() -> set[str]:
     return set(_pyproject()["project"]["scripts"])
 
 
+def _plan() -> dockerfile.Plan:
+    return dockerfile.plan(DOCKERFILE.read_text())
+
+
 def _python_version() -> str:
-    """The Python the image uses: the FROM tags, with ARG defaults substituted."""
-    args = {}
-    versions = set()
-    for word, rest in _instructions():
-        if word == "ARG" and "=" in rest:
-            key, _, value = rest.partition("=")
-            args[key] = value
-        if word == "FROM":
-            image = rest.split()[0]
-            image = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image)
-            match = re.fullmatch(r"python:(\d+\.\d+)(?:\.\d+)?-slim(?:-\w+)?", image)
-            assert match, f"every stage must be a slim python image, got {image}"
-            versions.add(match.group(1))
-    assert len(versions) == 1, f"stages use different Pythons: {versions}"
-    return versions.pop()
+    """The Python the image uses: Debian's python3.X package (ARG PYTHON), which must be the
+    one the FROM lines' Debian release ships."""
+    plan = _plan()
+    bases = {s.base_ref for s in plan.stages if s.base_ref}
+    assert bases, "no stage starts from a Debian image"
+    releases = set()
+    for ref in bases:
+        match = dockerfile.DEBIAN_REF.fullmatch(ref or "")
+        assert match, f"every external base must be debian:<release>-slim, got {ref}"
+        assert match.group("slim"), f"use the slim variant, got {ref}"
+        releases.add(match.group("suite"))
+    assert len(releases) == 1, f"stages use different Debian releases: {releases}"
+    release = releases.pop()
+    args = dict(
+        (name, default)
+        for ins in plan.global_args
+        for name, default in dockerfile._arg_declarations(ins, {})
+    )
+    match = re.fullmatch(r"python(\d+\.\d+)", args.get("PYTHON") or "")
+    assert match, f"ARG PYTHON must name Debian's python3.X package, got {args.get('PYTHON')}"
+    assert DEBIAN_PYTHON.get(release) == match.group(1), (
+        f"Debian {release} does not ship {args['PYTHON']}"
+    )
+    return match.group(1)
 
 
 def test_python_version_matches_requires_python() -> None:
@@ -91,3 +110,58 @@ def test_chart_commands_are_project_scripts() -> None:
         commands |= set(re.findall(r"command: \[([\w-]+)\]", template.read_text()))
     assert commands == {"vnpu-operator", "vnpu-agent"}
     assert commands <= scripts
+
+
+def test_make_image_runs_this_dockerfile() -> None:
+    """`make image` is hack/image/build.sh, which runs image.build, whose recipe is this
+    Dockerfile: users' `docker build` and the test image read the same file."""
+    makefile = (ROOT / "Makefile").read_text()
+    target = re.search(r"^image:.*\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+    assert target, "no `image` target in the Makefile"
+    assert "hack/image/build.sh" in target.group(1)
+    assert "-m image.build" in (IMAGE_BUILDER / "build.sh").read_text()
+    assert build.DEFAULT_DOCKERFILE == DOCKERFILE
+
+
+def test_builder_holds_no_recipe_of_its_own() -> None:
+    """What goes into the image is written only in the Dockerfile: the builder's files name
+    none of its packages, install commands, paths or user (they would be a second recipe)."""
+    recipe = ["pip install", "-m venv", "useradd", "groupadd", "/opt/vnpu", "python3.11", "10001"]
+    text = DOCKERFILE.read_text()
+    for word in recipe:
+        assert word in text, f"the Dockerfile no longer has {word!r}: update this list"
+    builder_files = sorted(p for p in IMAGE_BUILDER.iterdir() if p.suffix in (".py", ".sh"))
+    assert builder_files
+    for path in builder_files:
+        for word in recipe:
+            assert word not in path.read_text(), (
+                f"{path.relative_to(ROOT)} mentions {word!r}: that belongs in the Dockerfile"
+            )
+
+
+def test_every_instruction_is_run_by_the_daemonless_build() -> None:
+    """Each RUN and COPY of the Dockerfile is a step of the daemonless build, with the
+    Dockerfile's own text, and the image config is what the instructions declare (read here
+    by this file's own parser as a cross-check)."""
+    plan = _plan()
+    assert [s.index for s in plan.needed()] == [s.index for s in plan.stages]
+    for stage in plan.stages:
+        runs = [i.args for i in stage.instructions if i.keyword == "RUN"]
+        assert [list(s.argv) for s in stage.steps if isinstance(s, dockerfile.Run)] == [
+            ["/bin/sh", "-c", r] for r in runs
+        ]
+        copies = [i for i in stage.instructions if i.keyword == "COPY"]
+        assert len([s for s in stage.steps if isinstance(s, dockerfile.Copy)]) == len(copies)
+    config = plan.target.config.to_oci()
+    instructions = _instructions()
+    user = [rest for w, rest in instructions if w == "USER"][-1]
+    (cmd,) = [rest for w, rest in instructions if w == "CMD"]
+    assert config["User"] == user == "10001:10001"
+    assert config["Cmd"] == [cmd.strip('[]"')]
+    labels = config["Labels"]
+    assert isinstance(labels, dict)
+    assert labels["io.vnpu.entrypoints"] == "vnpu-operator vnpu-agent"
+    env = config["Env"]
+    assert isinstance(env, list)
+    assert env[0].startswith("PATH=/opt/vnpu/bin:/usr/local/sbin:")
+    assert set(config["ExposedPorts"]) == {"9100/tcp", "9101/tcp", "9443/tcp"}  # type: ignore[arg-type]
