@@ -487,6 +487,34 @@ def test_a_pod_never_ungated_never_starts_a_container(
     assert pod["metadata"]["uid"] not in vnpu_stack.ctr("containers", "ls").stdout
 
 
+def test_an_unknown_vnpu_id_fails_the_create_with_the_reason_in_the_status(
+    plane: LocalPlane, real_node: RealNode, namespace: str
+) -> None:
+    """Not a vNPU pod (the webhook leaves it alone): it names the runtime
+    class and a vNPU this host does not have, as a stale or forged value would."""
+    name = f"unknown-{uuid.uuid4().hex[:6]}"
+    manifest = _pod(name, real_node, SERVE, runtimeClassName="ascend")
+    manifest["metadata"]["namespace"] = namespace
+    manifest["spec"]["containers"][0]["env"] += [
+        {"name": names.ENV_VISIBLE_DEVICES, "value": "1100"},
+        {"name": names.ENV_RUNTIME_OPTIONS, "value": names.RUNTIME_OPTIONS_VIRTUAL},
+    ]
+    plane.apply(manifest)
+
+    def refused() -> str | None:
+        pod = plane.get_json("pod", name, "-n", namespace)
+        text = json.dumps((pod or {}).get("status", {}).get("containerStatuses", []))
+        return text if "vNPU 1100, but its device" in text else None
+
+    status = wait_for("the create refused with the runtime's reason", refused, 60, interval=0.5)
+    assert "does not exist on this host" in status
+    print(f"[realnode] refused container status: {status}")
+    pod = plane.get_json("pod", name, "-n", namespace)
+    container = pod["status"]["containerStatuses"][0]
+    assert "running" not in container["state"]
+    assert container["ready"] is False
+
+
 def test_stop_cleans_the_host_and_a_second_start_works(
     plane: LocalPlane, real_node: RealNode, namespace: str
 ) -> None:
