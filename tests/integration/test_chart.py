@@ -323,6 +323,36 @@ def test_values_schema_rejects_bad_values(plane: LocalPlane, setting: str, messa
     assert message in proc.stderr, proc.stderr
 
 
+def test_runtime_class_reaches_the_operator_and_is_created_on_request(
+    plane: LocalPlane,
+) -> None:
+    def operator_env(docs: list[dict[str, Any]]) -> str | None:
+        (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+        container = deploy["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        value: str | None = env.get("VNPU_RUNTIME_CLASS_NAME")
+        return value
+
+    plain = render(plane)
+    assert operator_env(plain) == ""
+    assert not [d for d in plain if d["kind"] == "RuntimeClass"]
+
+    named = render(plane, "--set", "runtimeClassName=ascend-vnpu")
+    assert operator_env(named) == "ascend-vnpu"
+    assert not [d for d in named if d["kind"] == "RuntimeClass"]
+
+    created = render(
+        plane, "--set", "runtimeClassName=ascend-vnpu", "--set", "runtimeClass.create=true",
+        "--set", "runtimeClass.handler=ascend",
+    )  # fmt: skip
+    (rc,) = [d for d in created if d["kind"] == "RuntimeClass"]
+    assert (rc["metadata"]["name"], rc["handler"]) == ("ascend-vnpu", "ascend")
+
+    refused = template(plane, "--set", "runtimeClass.create=true", check=False)
+    assert refused.returncode != 0
+    assert "runtimeClass.create needs runtimeClassName" in refused.stderr
+
+
 def test_rendered_manifests_pass_server_side_validation(plane: LocalPlane, namespace: str) -> None:
     for values in (
         (*SIM_VALUES, "--set", "operator.podDisruptionBudget.enabled=true"),
