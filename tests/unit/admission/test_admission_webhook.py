@@ -238,3 +238,20 @@ def test_decide_validation_without_http(make_pod: PodFactory, offered: OfferedTe
     decision = decide_validation(make_pod(nodeName="n1"), offered)
     assert decision.allowed is False
     assert decision.problems[0].startswith("vnpu.io/template cannot be used with spec.nodeName")
+
+
+async def test_runtime_class_setting_reaches_both_webhooks(
+    state: OfferState, make_pod: PodFactory
+) -> None:
+    async with TestClient(TestServer(create_app(state, runtime_class_name="ascend"))) as client:
+        pod = make_pod()
+        response = await _post(client, names.WEBHOOK_MUTATE_PATH, _review(pod))
+        patched = jsonpatch.apply_patch(pod, _patch(response))
+        assert patched["spec"]["runtimeClassName"] == "ascend"
+        response = await _post(client, names.WEBHOOK_VALIDATE_PATH, _review(patched))
+        assert response["allowed"] is True
+        # A later webhook that dropped the class is caught like one that dropped the gate.
+        del patched["spec"]["runtimeClassName"]
+        response = await _post(client, names.WEBHOOK_VALIDATE_PATH, _review(patched))
+        assert response["allowed"] is False
+        assert "/spec/runtimeClassName" in response["status"]["message"]

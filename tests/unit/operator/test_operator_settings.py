@@ -49,3 +49,12 @@ def test_webhook_targets() -> None:
     assert webhook_target(parse_args([])) is None
     with pytest.raises(ValueError, match="namespace/name"):
         parse_service("/name")
+
+
+def test_runtime_class_name_is_off_by_default_and_settable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert parse_args([]).runtime_class_name == ""
+    monkeypatch.setenv("VNPU_RUNTIME_CLASS_NAME", "ascend")
+    assert parse_args([]).runtime_class_name == "ascend"
+    assert parse_args(["--runtime-class-name=kata"]).runtime_class_name == "kata"
