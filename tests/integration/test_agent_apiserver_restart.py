@@ -48,10 +48,23 @@ def agent(plane: LocalPlane, node: str, tmp_path: Path) -> Iterator[AgentProcess
     yield proc
     if proc.proc is not None:
         proc.proc.send_signal(signal.SIGCONT)  # a failed test may leave it stopped
-    proc.kill(signal.SIGTERM)
     # Whatever a failed test left: never a kube-apiserver that is down for the next test.
     if plane.procs["kube-apiserver"].poll() is not None:
         plane.start_apiserver()
+    # Release what the test left on the node while its agent still runs: once it
+    # is gone nobody removes their finalizers, and later tests that expect no
+    # allocation anywhere (the chart's uninstall order) would wait for ever.
+    selector = f"{names.LABEL_NODE}={node}"
+    plane.kubectl(
+        "delete", names.ALLOCATION_PLURAL, "-A", "-l", selector, "--wait=false", check=False
+    )
+
+    def released() -> bool:
+        r = plane.kubectl("get", names.ALLOCATION_PLURAL, "-A", "-l", selector, "-o", "name")
+        return not r.stdout.strip()
+
+    wait_for(f"allocations of {node} released", released, timeout=60)
+    proc.kill(signal.SIGTERM)
 
 
 def chip(i: int) -> int:
