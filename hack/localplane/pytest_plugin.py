@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from localplane.plane import LocalPlane
+from localplane.waiting import wait_for
 
 
 @pytest.fixture(scope="session")
@@ -35,5 +36,16 @@ def namespace(plane: LocalPlane, request: pytest.FixtureRequest) -> Iterator[str
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40]
     name = f"{base}-{uuid.uuid4().hex[:6]}".strip("-")
     plane.kubectl("create", "namespace", name)
+    # Pods are refused until the controller-manager has made the namespace's
+    # default ServiceAccount: usually at once, but after an API server restart
+    # (tests of issue 12 do that) its informers reconnect with a backoff.
+    wait_for(
+        f"ServiceAccount default in {name}",
+        lambda: (
+            plane.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode
+            == 0
+        ),
+        timeout=60,
+    )
     yield name
     plane.kubectl("delete", "namespace", name, "--wait=false", check=False)

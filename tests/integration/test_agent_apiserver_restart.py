@@ -190,7 +190,7 @@ def test_changes_while_the_agent_and_the_api_server_are_down_converge(
     converged(plane, namespace, agent, node, live)
     for name in ("a0", "a1", "a3", "a4"):
         assert get_alloc(plane, namespace, name) is None
-    assert agent.ready()
+    wait_for("agent ready again", agent.ready, timeout=60)
 
 
 def test_churn_through_two_api_server_crashes_converges(
@@ -254,4 +254,4 @@ def test_churn_through_two_api_server_crashes_converges(
     print(f"\n{len(deleted)} deleted, {len(live)} left: {sorted(live)}")
     assert len(deleted) >= 12
     converged(plane, namespace, agent, node, live)
-    assert agent.ready()
+    wait_for("agent ready again", agent.ready, timeout=60)

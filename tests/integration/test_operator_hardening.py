@@ -197,15 +197,30 @@ def test_api_server_killed_twice_during_a_churn_leaves_nothing_stuck_or_leaked(
         time.sleep(0.5)
         plane.restart_apiserver()
 
+    left: list[str] = []
+
     def settled() -> bool:
         pods = get_json(plane, "pods", "-n", namespace) or {}
         allocs = get_json(plane, names.ALLOCATION_PLURAL, "-n", namespace) or {}
-        return not pods.get("items") and not allocs.get("items")
+        left[:] = [
+            f"{o['kind']} {o['metadata']['name']} deleting="
+            f"{bool(o['metadata'].get('deletionTimestamp'))} "
+            f"finalizers={o['metadata'].get('finalizers')}"
+            for o in [*pods.get("items", []), *allocs.get("items", [])]
+        ]
+        return not left
 
-    wait_for("every churn pod and allocation gone", settled, timeout=180, interval=1)
+    try:
+        wait_for("every churn pod and allocation gone", settled, timeout=180, interval=1)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}; left: {left}\noperator:\n{stack.operator.log_tail(60)}"
+            f"\nagent:\n{stack.agent.log_tail(30)}"
+        ) from exc
     assert _sim_ids(stack, "hd-a") == {}, "vNPUs leaked"
-    assert stack.operator.ready()
-    assert stack.agent.ready()
+    # Both report ready again once their watches have re-listed (with backoff).
+    wait_for("operator ready again", stack.operator.ready, timeout=60)
+    wait_for("agent ready again", stack.agent.ready, timeout=60)
 
 
 # ------------------------------- 3. admitted pods are managed to their end
