@@ -320,11 +320,17 @@ def test_documented_uninstall_order(plane: LocalPlane, release: Release, namespa
     # 1. Delete every vNPU pod and wait until no allocation is left.
     plane.kubectl("delete", "pod", "-n", namespace, "last", "--wait=false")
     gone(plane, namespace, "last")
-    wait_for(
-        "no allocation left",
-        lambda: not (get_json(plane, "vnpuallocations", "-A") or {}).get("items"),
-        timeout=120,
-    )
+    left: list[str] = []
+
+    def none_left() -> bool:
+        items = (get_json(plane, "vnpuallocations", "-A") or {}).get("items", [])
+        left[:] = [f"{a['metadata']['namespace']}/{a['metadata']['name']}" for a in items]
+        return not left
+
+    try:
+        wait_for("no allocation left", none_left, timeout=120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; left: {left}") from exc
     assert all(not ids for ids in all_vnpus(release).values()), all_vnpus(release)
     # 2. helm uninstall, which deletes the operator Deployment and the agent DaemonSet: the
     # processes stop with them (after it, the release's RBAC is gone and they would only
