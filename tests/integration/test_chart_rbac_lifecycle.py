@@ -43,6 +43,9 @@ NAMESPACE = AGENT_NAMESPACE
 OPERATOR_SA = f"{RELEASE}-operator"
 AGENT_SA = f"{RELEASE}-agent"
 NODES = ("rb-a", "rb-b")
+# The release's allocations: those of its nodes. Other modules' leftovers on nodes
+# no agent serves any more are not what the uninstall order is about.
+OURS = f"{names.LABEL_NODE} in ({','.join(NODES)})"
 TEMPLATE = "vir05_1c_16g"
 LARGE = "vir10_3c_32g"  # 2 per 910B3 chip: 4 per node at most
 WEBHOOK_KINDS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
@@ -323,7 +326,7 @@ def test_documented_uninstall_order(plane: LocalPlane, release: Release, namespa
     left: list[str] = []
 
     def none_left() -> bool:
-        items = (get_json(plane, "vnpuallocations", "-A") or {}).get("items", [])
+        items = (get_json(plane, "vnpuallocations", "-A", "-l", OURS) or {}).get("items", [])
         left[:] = [f"{a['metadata']['namespace']}/{a['metadata']['name']}" for a in items]
         return not left
 
@@ -351,4 +354,4 @@ def test_documented_uninstall_order(plane: LocalPlane, release: Release, namespa
         proc = plane.kubectl("get", kind, names.WEBHOOK_CONFIG_NAME, check=False)
         assert proc.returncode != 0, f"{kind} {names.WEBHOOK_CONFIG_NAME} left"
         assert "NotFound" in proc.stderr
-    assert not (get_json(plane, "vnpuallocations", "-A") or {}).get("items")
+    assert not (get_json(plane, "vnpuallocations", "-A", "-l", OURS) or {}).get("items")
