@@ -39,11 +39,11 @@ if [[ "${1:-}" == "--print" ]]; then
   exit 0
 fi
 
-log() { printf '[node] %s\n' "$*" >&2; }
-die() { printf '[node] error: %s\n' "$*" >&2; exit 1; }
+TAG=node
+# shellcheck source=../lib/build-common.sh
+. "$here/../lib/build-common.sh"
 
 # Succeeds when at least one of the named files is missing from bin_dir.
-need() { for b in "$@"; do [[ -x "$bin_dir/$b" ]] || return 0; done; return 1; }
 
 want_kubelet=0 want_containerd=0 want_pause=0 want_runc=0 want_cni=0
 need kubelet && want_kubelet=1
@@ -69,29 +69,6 @@ fi
 
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false"
 
-# Prints a line every N packages so a cold build (minutes) shows life.
-progress() {
-  local what=$1
-  awk -v what="$what" '
-    { n++; if (n % 250 == 0) { printf "[node]   %s: %d packages compiled\n", what, n > "/dev/stderr"; fflush("/dev/stderr") } }
-    END { printf "[node]   %s: %d packages compiled\n", what, n > "/dev/stderr" }'
-}
-
-# Runs a build command, feeding its -v package list to progress(); keeps the
-# real error output and fails with it.
-run_build() {
-  local what=$1; shift
-  local errlog
-  errlog=$(mktemp)
-  if ! "$@" 2> >(tee "$errlog" | grep -vE '^(#|go: downloading)' | grep -E '^[a-z0-9._/-]+$' | progress "$what") ; then
-    sleep 1
-    grep -vE '^[a-z0-9._/-]+$' "$errlog" >&2 || true
-    rm -f "$errlog"
-    die "building $what failed (see above)"
-  fi
-  sleep 1
-  rm -f "$errlog"
-}
 
 # Records where a binary came from, next to it (docs/REAL-NODE.md lists the
 # same; this file says which Debian revision this machine got).

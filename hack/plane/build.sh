@@ -23,8 +23,9 @@ if [[ "${1:-}" == "--print" ]]; then
   exit 0
 fi
 
-log() { printf '[plane] %s\n' "$*" >&2; }
-die() { printf '[plane] error: %s\n' "$*" >&2; exit 1; }
+TAG=plane
+# shellcheck source=../lib/build-common.sh
+. "$here/../lib/build-common.sh"
 
 command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH. The control plane is built from Go modules; install Go >= 1.24 (https://go.dev/doc/install or 'apt-get install golang') and run again."
 
@@ -38,36 +39,12 @@ grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION" "$here/etcd/go.mod" \
 
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false"
 
-# Prints a line every N packages so a cold build (many minutes) shows life.
-progress() {
-  local what=$1 start=$SECONDS
-  awk -v what="$what" -v start="$start" '
-    { n++; if (n % 250 == 0) { printf "[plane]   %s: %d packages compiled\n", what, n > "/dev/stderr"; fflush("/dev/stderr") } }
-    END { printf "[plane]   %s: %d packages compiled\n", what, n > "/dev/stderr" }'
-}
-
-# Runs a build command, feeding its -v package list to progress(); keeps the
-# real error output and fails with it.
-run_build() {
-  local what=$1; shift
-  local errlog
-  errlog=$(mktemp)
-  if ! "$@" 2> >(tee "$errlog" | grep -vE '^(#|go: downloading)' | grep -E '^[a-z0-9._/-]+$' | progress "$what") ; then
-    sleep 1
-    grep -vE '^[a-z0-9._/-]+$' "$errlog" >&2 || true
-    rm -f "$errlog"
-    die "building $what failed (see above)"
-  fi
-  sleep 1
-  rm -f "$errlog"
-}
 
 mkdir -p "$bin_dir"
 start_all=$SECONDS
 step=0
 total=5
 
-need() { for b in "$@"; do [[ -x "$bin_dir/$b" ]] || return 0; done; return 1; }
 
 step=$((step + 1))
 if need kube-apiserver kube-controller-manager kube-scheduler kubectl; then
