@@ -34,6 +34,12 @@ async def _raw(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> 
     return resp.status, data
 
 
+def describe(exc: BaseException) -> str:
+    """An error as a log line shows it: an API answer by status and reason
+    (its body may be a whole object), anything else as it is."""
+    return f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)
+
+
 async def call(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> int:
     """Makes the request; returns the HTTP status, raises ApiException."""
     status, _ = await _raw(fn, *args, **kwargs)

@@ -25,6 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import names
 from vnpu_common.backoff import Backoff
+from vnpu_common.rawcall import describe
 from vnpu_common.workqueue import WorkQueue
 from vnpu_operator.admission import OfferedTemplates
 from vnpu_operator.config import OperatorSettings
@@ -78,10 +79,6 @@ def _phase(obj: Mapping[str, Any] | None) -> Any:
     return ((obj or {}).get("status") or {}).get("phase")
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)
-
-
 class Controller:
     def __init__(
         self,
@@ -105,7 +102,7 @@ class Controller:
             self.reconcile,
             name="pod",
             backoff=Backoff(base=0.25, cap=settings.retry_max_seconds),
-            describe=_describe,
+            describe=describe,
             expected=(ApiException,),
         )
         self.synced = False

@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import names
 from vnpu_common.backoff import Backoff
-from vnpu_common.rawcall import call_json
+from vnpu_common.rawcall import call_json, describe
 from vnpu_operator.controller import Controller
 from vnpu_operator.slim import resource_version
 
@@ -166,8 +165,7 @@ class Convergence:
             except Exception as exc:
                 failures += 1
                 delay = self._backoff.delay(failures)
-                what = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)
-                log.warning("cache convergence failed (%s); retry in %.1fs", what, delay)
+                log.warning("cache convergence failed (%s); retry in %.1fs", describe(exc), delay)
             await asyncio.sleep(delay)
 
 
