@@ -398,6 +398,72 @@ def test_driver_host_mounts(plane: LocalPlane) -> None:
     assert sim["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
+def _agent(plane: LocalPlane, *values: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The agent DaemonSet's pod spec and its container."""
+    (ds,) = [d for d in render(plane, *values) if d["kind"] == "DaemonSet"]
+    spec: dict[str, Any] = ds["spec"]["template"]["spec"]
+    return spec, spec["containers"][0]
+
+
+def test_real_drivers_run_the_agent_as_root_and_sim_without_capabilities(
+    plane: LocalPlane,
+) -> None:
+    for driver in ("dcmi", "npu-smi"):
+        spec, container = _agent(plane, "--set", f"agent.driver={driver}")
+        ctx = container["securityContext"]
+        # The image's USER is 10001: a privileged container running as that user loses
+        # every capability at exec and cannot open the root-owned driver files.
+        assert ctx["privileged"] is True, driver
+        assert (ctx.get("runAsUser"), ctx.get("runAsGroup")) == (0, 0), driver
+        assert ctx.get("runAsNonRoot") is False, driver
+        assert spec["securityContext"].get("runAsNonRoot") is not True, driver
+        refused = template(plane, "--set", f"agent.driver={driver}",
+                           "--set", "agent.simDeviceDir=/run/vnpu-sim", check=False)  # fmt: skip
+        assert refused.returncode != 0
+        assert "agent.simDeviceDir is for agent.driver=sim only" in refused.stderr
+
+    _, sim = _agent(plane, *SIM_VALUES)
+    ctx = sim["securityContext"]
+    assert "privileged" not in ctx
+    assert ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    assert "VNPU_SIM_DEVICE_DIR" not in {e["name"] for e in sim["env"]}
+
+    # Device nodes for a runtime on the host: the directory mounted at the same path, and
+    # CAP_MKNOD, the one capability mknod needs, nothing else.
+    spec, sim = _agent(plane, *SIM_VALUES, "--set", "agent.simDeviceDir=/run/vnpu-sim")
+    ctx = sim["securityContext"]
+    assert "privileged" not in ctx
+    assert ctx["capabilities"] == {"drop": ["ALL"], "add": ["MKNOD"]}
+    env = {e["name"]: e.get("value") for e in sim["env"]}
+    assert env["VNPU_SIM_DEVICE_DIR"] == "/run/vnpu-sim"
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "sim-devices"]
+    assert volume["hostPath"] == {"path": "/run/vnpu-sim", "type": "DirectoryOrCreate"}
+    assert {"name": "sim-devices", "mountPath": "/run/vnpu-sim"} in sim["volumeMounts"]
+
+
+def test_api_server_address_reaches_both_components(plane: LocalPlane) -> None:
+    def envs(*values: str) -> list[dict[str, str | None]]:
+        docs = render(plane, *SIM_VALUES, *values)
+        pods = [
+            d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "DaemonSet")
+        ]
+        assert len(pods) == 2
+        return [{e["name"]: e.get("value") for e in p["containers"][0]["env"]} for p in pods]
+
+    # Unset: the kubelet's own KUBERNETES_SERVICE_* (the kubernetes Service) stay.
+    for env in envs():
+        assert "KUBERNETES_SERVICE_HOST" not in env
+        assert "KUBERNETES_SERVICE_PORT" not in env
+    for env in envs("--set", "apiServer.host=10.88.0.1", "--set", "apiServer.port=6443"):
+        assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == (
+            "10.88.0.1", "6443",
+        )  # fmt: skip
+    refused = template(plane, "--set", "apiServer.host=https://10.88.0.1:6443", check=False)
+    assert refused.returncode != 0
+    assert "at '/apiServer/host'" in refused.stderr
+
+
 # ---------------------------------------------------------------- installed
 
 

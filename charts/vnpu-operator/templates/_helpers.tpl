@@ -79,3 +79,16 @@ operator ServiceAccount's. The protection policies exempt exactly this identity.
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "vnpu.operator.serviceAccountName" .) -}}
 {{- end -}}
 {{- end -}}
+
+{{- /*
+apiServer.host/port as the in-cluster client settings both components read; explicit env
+wins over the kubelet's Service variables of the same names.
+*/ -}}
+{{- define "vnpu.apiServerEnv" -}}
+{{- with .Values.apiServer.host }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ . | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ $.Values.apiServer.port | quote }}
+{{- end }}
+{{- end -}}
