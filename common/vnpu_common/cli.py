@@ -83,7 +83,9 @@ async def serve_http(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    runner = web.AppRunner(app, access_log=None)
+    # Probes and scrapes answer at once; a shutdown never waits a minute
+    # (aiohttp's default) for one stuck client.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner

@@ -105,7 +105,24 @@ class ServiceProcess:
         """Sends `sig` and waits for the exit (at most `kill_timeout` s)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(timeout=self.kill_timeout)
+            try:
+                self.proc.wait(timeout=self.kill_timeout)
+            except subprocess.TimeoutExpired:
+                # A hung shutdown is a defect of the component: name it with
+                # the log (its last lines say where it stuck), and still
+                # leave no process behind for the next test.
+                self.proc.kill()
+                self.proc.wait()
+                self.proc = None
+                raise AssertionError(
+                    f"{self.name} did not exit within {self.kill_timeout:g}s of signal "
+                    f"{signal.Signals(sig).name}:\n{self.log_tail(80)}"
+                ) from None
+            if sig == signal.SIGTERM and self.proc.returncode != 0:
+                code, self.proc = self.proc.returncode, None
+                raise AssertionError(
+                    f"{self.name} exited with {code} on SIGTERM, not 0:\n{self.log_tail(80)}"
+                )
         self.proc = None
 
     def stop(self, timeout: float = 30.0) -> None:

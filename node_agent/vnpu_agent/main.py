@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import signal
 import sys
@@ -27,6 +28,11 @@ from vnpu_common import __version__, names
 from vnpu_common.cli import configure_logging, serve_http
 
 log = logging.getLogger("vnpu_agent")
+
+# Within the kubelet's default 30 s grace period: each step of the shutdown
+# (tasks, HTTP server) gets a few seconds, the whole of it a hard limit.
+SHUTDOWN_STEP_SECONDS = 5.0
+SHUTDOWN_SECONDS = 15.0
 
 
 async def _sim_layout(core: client.CoreV1Api, node: str, fallback: str) -> str:
@@ -160,8 +166,9 @@ class Agent:
         finally:
             for t in tasks:
                 t.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.gather(*tasks, return_exceptions=True)
+            _, stuck = await asyncio.wait(tasks, timeout=SHUTDOWN_STEP_SECONDS)
+            for t in stuck:
+                log.error("shutdown: task %s did not stop when cancelled", t.get_name())
             await runner.cleanup()
             await self.api_client.close()
 
@@ -175,12 +182,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
+
+        def stop(sig: signal.Signals) -> None:
+            log.info("%s: shutting down", sig.name)
+            # A shutdown that hangs (a driver call stuck in its thread keeps
+            # asyncio.run from returning) must not outlive the pod's grace
+            # period silently: dump every thread's stack and exit.
+            faulthandler.dump_traceback_later(SHUTDOWN_SECONDS, exit=True)
+            task.cancel()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, stop, sig)
         with contextlib.suppress(asyncio.CancelledError):
             await agent.run()
 
     asyncio.run(runner())
+    faulthandler.cancel_dump_traceback_later()
+    log.info("stopped")
     return 0
 
 
