@@ -1,8 +1,16 @@
 """CDI (Container Device Interface) specs, one file per vNPU.
 
 A CDI-aware runtime injects `vnpu.io/vnpu=<id>` into a container from these
-files; the Ascend runtime, which reads ASCEND_VISIBLE_DEVICES, does not need
-them, so they are written for runtimes that do.
+files when the container's CRI config names that device, which only a device
+plugin's Allocate answer, a DRA driver or an NRI plugin does; the product has
+none of those (the Ascend runtime, which reads ASCEND_VISIBLE_DEVICES, does
+not need the specs), so they are written for a requester of the user's own
+(docs/REAL-NODE.md, "CDI specs").
+
+Device nodes carry no type, major or minor: the driver picks the major when
+it loads, so the runtime's CDI library stats each `hostPath` at injection
+time. A spec therefore injects only on a host where its host paths exist,
+which is why their directory is a setting.
 """
 
 from __future__ import annotations
@@ -15,22 +23,39 @@ from typing import Any
 
 from vnpu_common import names
 
+# 0.6.0 is the first version with spec annotations; device names that start
+# with a digit and hostPath need 0.5.0 (the CDI library refuses a spec whose
+# version is older than the features it uses).
 CDI_VERSION = "0.6.0"
 CDI_KIND = f"{names.GROUP}/vnpu"
+# Where the Ascend driver makes its device nodes on a host.
+HOST_DEVICE_DIR = Path("/dev")
 # Control devices every Ascend container needs next to its vNPU
-# (docs/ASCEND.md, 'Device nodes and environment').
-_SHARED_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+# (docs/ASCEND.md, 'Device nodes and environment'); same name on the host and
+# in the container.
+SHARED_DEVICES = ("davinci_manager", "devmm_svm", "hisi_hdc")
 
 
 def spec_path(cdi_dir: Path, node: str, vnpu_id: int) -> Path:
     # The node is part of the name so that many simulated nodes can share a
-    # directory; on a real node it is constant.
+    # directory; on a real node it is constant. (A runtime must not read such
+    # a shared directory: two specs naming the same `vnpu.io/vnpu=<id>` are a
+    # conflict to the CDI library, which then offers neither.)
     return cdi_dir / f"{names.GROUP}-{node}-vnpu{vnpu_id}.json"
 
 
-def render(vnpu_id: int, template: str) -> dict[str, Any]:
-    nodes = [{"path": f"/dev/davinci{vnpu_id}", "hostPath": names.device_path(vnpu_id)}]
-    nodes += [{"path": p} for p in _SHARED_DEVICES]
+def device_name(vnpu_id: int) -> str:
+    """The fully qualified CDI name a requester puts in the container's config."""
+    return f"{CDI_KIND}={vnpu_id}"
+
+
+def render(vnpu_id: int, template: str, host_device_dir: Path = HOST_DEVICE_DIR) -> dict[str, Any]:
+    """The spec of one vNPU: the host's `vdavinci<id>` appears in the
+    container as `/dev/davinci<id>` (what the Ascend runtime does), the
+    control devices under their own names, all taken from `host_device_dir`."""
+    host = Path(names.device_path(vnpu_id)).name
+    nodes = [{"path": f"/dev/davinci{vnpu_id}", "hostPath": str(host_device_dir / host)}]
+    nodes += [{"path": f"/dev/{d}", "hostPath": str(host_device_dir / d)} for d in SHARED_DEVICES]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": CDI_KIND,
@@ -50,12 +75,19 @@ def render(vnpu_id: int, template: str) -> dict[str, Any]:
     }
 
 
-def write(cdi_dir: Path, node: str, vnpu_id: int, template: str) -> Path:
-    """Writes atomically, so a runtime never reads half a spec."""
+def write(
+    cdi_dir: Path,
+    node: str,
+    vnpu_id: int,
+    template: str,
+    host_device_dir: Path = HOST_DEVICE_DIR,
+) -> Path:
+    """Writes atomically, so a runtime never reads half a spec (the CDI
+    library reads only `.json` and `.yaml` files, so never the temporary)."""
     cdi_dir.mkdir(parents=True, exist_ok=True)
     path = spec_path(cdi_dir, node, vnpu_id)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(render(vnpu_id, template), indent=2))
+    tmp.write_text(json.dumps(render(vnpu_id, template, host_device_dir), indent=2))
     os.replace(tmp, path)
     return path
 

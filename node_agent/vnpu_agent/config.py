@@ -38,6 +38,13 @@ class AgentSettings(BaseSettings):
         description="Agent state: vNPUs it created; sim driver state.",
     )
     cdi_dir: Path = Field(default=Path("/var/run/cdi"), description="Where CDI specs go.")
+    cdi_host_device_dir: Path = Field(
+        default=Path("/dev"),
+        description="Host directory the CDI specs' device nodes come from: vdavinci<id>, "
+        "davinci_manager, devmm_svm, hisi_hdc (/dev on an Ascend host). The runtime stats "
+        "them when it injects a device, so they must exist there; with the sim driver on a "
+        "real node, point it at --sim-device-dir.",
+    )
     sim_chips: str = Field(
         default="",
         description="Simulated chips when the node has no sim.vnpu.io/chips annotation, "
@@ -79,6 +86,15 @@ class AgentSettings(BaseSettings):
     metrics_port: int = Field(default=9101, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("cdi_host_device_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        # A relative hostPath would be resolved against the runtime's working
+        # directory, not the agent's.
+        if not value.is_absolute():
+            raise ValueError(f"must be an absolute path, not {str(value)!r}")
+        return value
 
     @field_validator("simulate_nodes", mode="before")
     @classmethod

@@ -282,7 +282,13 @@ class NodeAgent:
                     node=self.node,
                     message=f"vNPU {spec.vnpu_id} was missing on {self.node}; recreated",
                 )
-        cdi.write(self.settings.cdi_dir, self.node, spec.vnpu_id, spec.template)
+        cdi.write(
+            self.settings.cdi_dir,
+            self.node,
+            spec.vnpu_id,
+            spec.template,
+            self.settings.cdi_host_device_dir,
+        )
         await self._write_ready(obj, alloc, reason)
 
     async def _after_failed_create(
