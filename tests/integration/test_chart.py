@@ -442,6 +442,26 @@ def test_real_drivers_run_the_agent_as_root_and_sim_without_capabilities(
     assert {"name": "sim-devices", "mountPath": "/run/vnpu-sim"} in sim["volumeMounts"]
 
 
+def test_cdi_host_device_dir_follows_the_driver_and_can_be_set(plane: LocalPlane) -> None:
+    """The CDI specs' host paths: /dev for a real driver, the sim's device dir
+    when it makes device nodes (so a runtime finds them), or what is set."""
+
+    def host_device_dir(*values: str) -> str | None:
+        _, container = _agent(plane, *values)
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        return env.get("VNPU_CDI_HOST_DEVICE_DIR")
+
+    assert host_device_dir() == "/dev"
+    assert host_device_dir(*SIM_VALUES) == "/dev"
+    assert host_device_dir(*SIM_VALUES, "--set", "agent.simDeviceDir=/run/vnpu-sim") == (
+        "/run/vnpu-sim"
+    )
+    assert host_device_dir("--set", "agent.cdiHostDeviceDir=/host/dev") == "/host/dev"
+    refused = template(plane, "--set", "agent.cdiHostDeviceDir=dev", check=False)
+    assert refused.returncode != 0
+    assert "at '/agent/cdiHostDeviceDir'" in refused.stderr
+
+
 def test_api_server_address_reaches_both_components(plane: LocalPlane) -> None:
     def envs(*values: str) -> list[dict[str, str | None]]:
         docs = render(plane, *SIM_VALUES, *values)
