@@ -35,6 +35,7 @@ from vnpu_operator.lifecycle import (
     AllocView,
     Step,
     StepKind,
+    containers_stopped,
     decide,
     hand_edits,
     has_finalizer,
@@ -184,7 +185,11 @@ class Controller:
             if not has_finalizer(pod):
                 self.expect.seen(Write.UNFINALIZE, uid)
             state = self.state(uid)
-            if (is_deleting(pod) or is_terminal(pod)) and state.releasing_since is None:
+            if (
+                (is_deleting(pod) or is_terminal(pod))
+                and containers_stopped(pod, node_gone=self._node_gone(pod))
+                and state.releasing_since is None
+            ):
                 state.releasing_since = self.clock()
         self.kick(uid)
 
@@ -319,6 +324,7 @@ class Controller:
             released_by_us=self.expect.keys(Write.DELETE),
             vanished=state.vanished,
             lost_told=state.lost_told,
+            node_gone=self._node_gone(pod),
         )
         log.debug("pod %s (%s): %s %s", _key(pod), uid, step.kind, step.message)
         for edit in hand_edits(pod, views):
@@ -361,6 +367,15 @@ class Controller:
             self.states.pop(uid, None)
             self.queue.forget(uid)
 
+    def _node_gone(self, pod: Raw) -> bool:
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        return bool(node) and not self._node_served(node)
+
+    def _node_served(self, node: str) -> bool:
+        # A Lease still renewed counts: the Node may be missing from the
+        # cache for a moment, but an agent that renews is there.
+        return node in self.inventories.nodes or self.inventories.leases.live(node)
+
     async def _unservable(self, state: PodState, views: list[AllocView]) -> None:
         """Allocations no agent will ever serve: reported once; once deleted,
         the operator removes the finalizer their agent never will (a vNPU
@@ -369,8 +384,7 @@ class Controller:
             obj = self.allocs.get(view.key)
             if obj is None:
                 continue
-            served = view.node in self.inventories.nodes or self.inventories.leases.live(view.node)
-            why = unservable(obj, node_exists=served)
+            why = unservable(obj, node_exists=self._node_served(view.node))
             if why is None:
                 continue
             if not (obj.get("metadata") or {}).get("deletionTimestamp"):

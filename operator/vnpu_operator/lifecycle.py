@@ -86,6 +86,28 @@ def is_terminal(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
 
 
+def containers_stopped(pod: Mapping[str, Any], *, node_gone: bool = False) -> bool:
+    """Whether no container of the pod can be running, so its vNPUs may go.
+
+    A deleted pod's containers run on through their grace period (a real
+    kubelet sends SIGTERM and waits up to terminationGracePeriodSeconds),
+    and a vNPU destroyed then is pulled from under a running process. They
+    are known stopped when the kubelet has moved the pod to a terminal
+    phase (it does so before its final delete), when the pod is deleted
+    with grace 0 (the kubelet's final delete, a forced delete, the pod
+    garbage collector), when no container was ever started (still gated,
+    or never bound), or when its node is gone.
+    """
+    meta = pod.get("metadata") or {}
+    return (
+        is_terminal(pod)
+        or meta.get("deletionGracePeriodSeconds") == 0
+        or is_gated(pod)
+        or not (pod.get("spec") or {}).get("nodeName")
+        or node_gone
+    )
+
+
 def has_finalizer(pod: Mapping[str, Any]) -> bool:
     return names.POD_FINALIZER in ((pod.get("metadata") or {}).get("finalizers") or [])
 
@@ -163,6 +185,7 @@ def decide(
     released_by_us: Collection[str] = (),
     vanished: Collection[str] = (),
     lost_told: Collection[str] = (),
+    node_gone: bool = False,
 ) -> Step:
     """The next step for `pod`, given all allocation objects that name it.
 
@@ -172,10 +195,13 @@ def decide(
     allocations that are gone without the operator deleting them (the
     deletion may have passed before any reconcile saw it terminating), and
     `lost_told` those whose loss the pod has been told of already.
+    `node_gone`: the pod's node exists no more (no Node, no live Lease).
     """
     live = tuple(a.key for a in allocs if not a.deleting)
     if is_deleting(pod) or is_terminal(pod):
         if live:
+            if not containers_stopped(pod, node_gone=node_gone):
+                return Step(StepKind.WAIT, message="containers stopping; vNPUs kept until then")
             return Step(StepKind.RELEASE, live)
         if allocs:
             return Step(StepKind.WAIT, message="vNPUs being destroyed")

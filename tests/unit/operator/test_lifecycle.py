@@ -88,6 +88,42 @@ def test_deleted_or_terminal_pod_releases_live_allocations(p: dict[str, Any]) ->
     assert (s.kind, s.keys) == (StepKind.RELEASE, ("ns/p-x-0",))
 
 
+def started(*, grace: int = 30, phase: str = "Running", node: str | None = "n1") -> dict[str, Any]:
+    """A deleted pod whose containers were started on `node`, as the API
+    serves it during the grace period (`grace` is what is left of it)."""
+    p = pod(gated=False, deleting=True, phase=phase)
+    p["metadata"]["deletionGracePeriodSeconds"] = grace
+    if node:
+        p["spec"]["nodeName"] = node
+    return p
+
+
+def test_a_started_pod_keeps_its_vnpus_through_the_grace_period() -> None:
+    # The kubelet has sent SIGTERM; the containers may still use the vNPU.
+    s = step(started(), [alloc(0, names.PHASE_READY)])
+    assert s.kind is StepKind.WAIT
+    assert "containers" in s.message
+    assert step(started(phase="Pending"), [alloc(0, names.PHASE_READY)]).kind is StepKind.WAIT
+
+
+@pytest.mark.parametrize(
+    ("p", "kw"),
+    [
+        (started(phase="Failed"), {}),  # the kubelet's terminal phase
+        (started(phase="Succeeded"), {}),
+        (started(grace=0), {}),  # the kubelet's final delete, or --force
+        (started(node=None), {}),  # ungated but never bound: nothing ran
+        (started(), {"node_gone": True}),  # no kubelet will ever report
+    ],
+    ids=["failed", "succeeded", "grace-0", "unbound", "node-gone"],
+)
+def test_a_started_pod_releases_once_no_container_can_run(
+    p: dict[str, Any], kw: dict[str, Any]
+) -> None:
+    s = step(p, [alloc(0, names.PHASE_READY), alloc(1, deleting=True)], **kw)
+    assert (s.kind, s.keys) == (StepKind.RELEASE, ("ns/p-x-0",))
+
+
 def test_finalizer_stays_until_every_allocation_is_gone() -> None:
     assert step(pod(deleting=True), [alloc(0, deleting=True)]).kind is StepKind.WAIT
     assert step(pod(deleting=True), []).kind is StepKind.REMOVE_FINALIZER
