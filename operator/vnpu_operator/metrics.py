@@ -40,7 +40,8 @@ class OperatorMetrics:
         )
         self.release_latency = Histogram(
             "vnpu_operator_release_latency_seconds",
-            "Pod deleted or terminal -> every vNPU destroyed and the pod finalizer removed.",
+            "No container of a deleted or terminal pod can run any more -> every vNPU "
+            "destroyed and the pod finalizer removed.",
             registry=self.registry,
             buckets=LATENCY_BUCKETS,
         )
