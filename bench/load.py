@@ -65,11 +65,23 @@ class PodTimes:
     delete_called: float | None = None  # delete call returned
     gone: float | None = None  # DELETED watch event
     node: str = ""
+    scheduled: float | None = None  # first watch event with spec.nodeName
+    running: float | None = None  # first watch event with status.phase Running
 
     def ungate_latency(self) -> float | None:
         if self.created is None or self.ungated is None:
             return None
         return max(0.0, self.ungated - self.created)
+
+    def scheduled_latency(self) -> float | None:
+        if self.created is None or self.scheduled is None:
+            return None
+        return max(0.0, self.scheduled - self.created)
+
+    def running_latency(self) -> float | None:
+        if self.created is None or self.running is None:
+            return None
+        return max(0.0, self.running - self.created)
 
     def gone_latency(self) -> float | None:
         if self.delete_called is None or self.gone is None:
@@ -153,6 +165,11 @@ class Tracker:
                 elif pod.ungated is None:
                     pod.ungated = now
                     pod.node = str(obj["spec"].get("nodeName") or "")
+            if pod is not None:
+                if pod.scheduled is None and (obj.get("spec") or {}).get("nodeName"):
+                    pod.scheduled = now
+                if pod.running is None and (obj.get("status") or {}).get("phase") == "Running":
+                    pod.running = now
         self.changed.set()
 
 
@@ -166,6 +183,7 @@ class Driver:
     tracker: Tracker
     limit: asyncio.Semaphore
     floor: FloorWriter | None = None
+    plain: bool = False  # baseline: pods that ask for no vNPU
     errors: list[str] = field(default_factory=list)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -176,6 +194,8 @@ class Driver:
 
     def manifest(self, name: str, template: str, count: int) -> dict[str, Any]:
         labels = {"app": "vnpu-bench"}
+        if self.plain:
+            return vnpu_pod(name, self.namespace, template=None, labels=labels)
         if self.floor is None:
             return vnpu_pod(name, self.namespace, template=template, count=count, labels=labels)
         # What the webhook would add, written at creation: no extra write.

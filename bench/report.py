@@ -4,6 +4,7 @@ checks and the printed table."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import ssl
 import urllib.request
@@ -24,8 +25,10 @@ OTHERS = {"vnpu-bench": "bench-driver", "vnpu-floor": "floor"}
 def pct(values: list[float], p: float) -> float | None:
     if not values:
         return None
+    # Nearest rank, ceil(p% of n). round(x + 0.5) rounded half to even: p99 of
+    # 100 values was the maximum, p50 the 50th.
     s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))]
+    return s[min(len(s) - 1, max(0, math.ceil(p * len(s) / 100) - 1))]
 
 
 def summary(values: list[float], ps: tuple[int, ...] = (50, 90, 99)) -> dict[str, Any]:
@@ -107,6 +110,7 @@ def per_lifecycle(events: list[dict[str, Any]], namespace: str, pods: int) -> di
 
 
 _METRIC = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
+_WEBHOOK = re.compile(r"^apiserver_admission_webhook_request_total\{([^}]*)\} ([0-9.e+]+)$")
 
 
 async def events_by_reason(core: Any, namespace: str) -> dict[str, int]:
@@ -121,13 +125,36 @@ async def events_by_reason(core: Any, namespace: str) -> dict[str, int]:
     return dict(counts.most_common())
 
 
-def apiserver_requests(plane: LocalPlane) -> Counter[str]:
-    """apiserver_request_total by "verb resource[/subresource]" (all clients,
-    reads included: the audit log records writes only)."""
+def _apiserver_metrics(plane: LocalPlane) -> str:
     ctx = ssl.create_default_context(cafile=str(plane.ca_file))
     ctx.load_cert_chain(plane.pki / "admin.crt", plane.pki / "admin.key")
     with urllib.request.urlopen(f"{plane.server}/metrics", timeout=30, context=ctx) as r:
-        text = r.read().decode()
+        return str(r.read().decode())
+
+
+def webhook_calls(plane: LocalPlane) -> Counter[str]:
+    """Admission webhook calls the API server made, by "webhook operation"
+    (apiserver_admission_webhook_request_total): each is an AdmissionReview
+    the operator parses."""
+    return webhook_calls_in(_apiserver_metrics(plane))
+
+
+def webhook_calls_in(text: str) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        m = _WEBHOOK.match(line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            out[f"{labels.get('name', '?')} {labels.get('operation', '?')}"] += int(
+                float(m.group(2))
+            )
+    return out
+
+
+def apiserver_requests(plane: LocalPlane) -> Counter[str]:
+    """apiserver_request_total by "verb resource[/subresource]" (all clients,
+    reads included: the audit log records writes only)."""
+    text = _apiserver_metrics(plane)
     out: Counter[str] = Counter()
     for line in text.splitlines():
         m = _METRIC.match(line)
@@ -260,7 +287,68 @@ def print_table(r: dict[str, Any]) -> None:
         row("churn CPU s by process", f"{busy:.2f} of the cores busy on average")
         for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
             row(f"  {name}", f"{seconds:.1f}s")
+    print_floors(r, row)
     print("-- correctness (all must be 0)")
     for k, v in r["correctness"].items():
         row(f"  {k}", str(v))
     row("runtime", f"{r['runtime_s']:.0f}s")
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{v:.2f} ms"
+
+
+def print_floors(r: dict[str, Any], row: Any) -> None:
+    """Baseline, Kopf floor and sustainable rate, where the run measured them."""
+    churn = r["churn"]
+    hooks = churn.get("webhook_calls_per_pod") or {}
+    if hooks:
+        row("admission calls per pod (churn)", ", ".join(f"{k} {v:.2f}" for k, v in hooks.items()))
+    base = r.get("baseline")
+    if base:
+        print(f"-- baseline: the same churn with plain pods ({base['pods']} pods, no operator)")
+        diff = r["ours_minus_baseline"]
+        for key, label in (("scheduled", "created -> scheduled"), ("running", "created -> Running"),
+                           ("gone", "deleted -> gone")):  # fmt: skip
+            o, b = churn.get(key) or {}, base[key]
+            row(f"{label} p50 / p99 ours", f"{fmt(o.get('p50'))} / {fmt(o.get('p99'))}")
+            row("  baseline", f"{fmt(b.get('p50'))} / {fmt(b.get('p99'))}")
+            row("  ours - baseline", f"{fmt(diff[key]['p50'])} / {fmt(diff[key]['p99'])}")
+        oc, bc = churn.get("cpu_ms_per_pod") or {}, base["cpu_ms_per_pod"]
+        row("CPU ms per pod by process", "ours / baseline / ours - baseline")
+        for k in sorted(set(oc) | set(bc), key=lambda k: -(oc.get(k, 0))):
+            row(f"  {k}", f"{oc.get(k, 0):.1f} / {bc.get(k, 0):.1f} / "
+                f"{diff['cpu_ms_per_pod'][k]:.1f}")  # fmt: skip
+    kf = r.get("kopf_floor")
+    if kf:
+        print(f"-- Kopf's floor: empty handlers beside the operator ({kf['pods']} pods)")
+        for who, c in kf["watch_per_pod"].items():
+            kinds = ", ".join(f"{k} {v['events']:.1f}" for k, v in c["by_kind"].items())
+            row(f"  {who} watch events / KB per pod", f"{c['events']:.1f} / "
+                f"{c['bytes'] / 1024:.1f} KB  ({kinds})")  # fmt: skip
+        ms, mp = kf["cpu_ms_per_event"], kf["cpu_ms_per_pod"]
+        row(
+            "CPU per event: operator / Kopf floor",
+            f"{_ms(ms['operator'])} / {_ms(ms['kopf_floor'])}  "
+            f"ratio {fmt(ratio_of(ms['operator'], ms['kopf_floor']), 'x')}",
+        )
+        row("CPU per event: agent(s)", _ms(ms["agents"]))
+        row("CPU per pod: operator / Kopf floor / agent(s)",
+            f"{mp['operator']:.1f} / {mp['kopf_floor']:.1f} / {mp['agents']:.1f} ms")  # fmt: skip
+    rs = r.get("rate_search")
+    if rs:
+        print(f"-- sustainable rate (p99 <= {rs['ours']['limit_s']}s: ours created -> ungated, "
+              "baseline created -> scheduled)")  # fmt: skip
+        for who in ("ours", "baseline"):
+            s = rs.get(who)
+            if not s:
+                continue
+            steps = ", ".join(f"{x['rate']:g}/s {'ok' if x['ok'] else 'fail'} "
+                              f"(p99 {fmt(x['p99'])})" for x in s["steps"])  # fmt: skip
+            row(f"  {who}", f"{fmt(s['best_pods_per_s'], ' pods/s')}  [{s['stopped']}]")
+            row("    steps", steps)
+        row("  ours / baseline", fmt(rs.get("ratio_ours_to_baseline"), "x"))
+
+
+def ratio_of(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None

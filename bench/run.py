@@ -7,6 +7,10 @@ created as fast as the client allows (throughput), some wait, capacity is
 freed and the waiting pods' placement is timed; (3) idle: our writes/s;
 then the operator is stopped and the floor (bench/load.py FloorWriter)
 repeats the churn and the burst doing the same writes per pod with no logic.
+With --floors (on by default, off in --quick; bench/floors.py): a churn with
+Kopf's floor (empty handlers) beside the operator, counting each component's
+watch events and bytes, and a baseline churn of plain pods once the operator
+is stopped. With --rate-search: the sustainable rate of ours and of baseline.
 Exits 1 if a correctness counter is not 0 (no timing assertions).
 """
 
@@ -24,8 +28,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench import load, report
+from bench import floors, load, report
 from bench.cluster import Cluster, ProcStats, proc_stats, stats
+from bench.rates import Search
 from vnpu_common import names
 
 
@@ -90,6 +95,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     cpu0 = {"operator": stats(cluster.operator) if cluster.operator else None}
     off0 = settle_audit(plane.audit_log)
     req0 = report.apiserver_requests(plane)
+    hooks0 = report.webhook_calls(plane)
     say(f"churn: {args.pods} pods at {args.rate}/s, held {args.hold}s")
     cpu_start = cpu_by_process(cluster)
     snap_task = asyncio.create_task(_mid_snapshot(cluster, args))
@@ -98,6 +104,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     cpu_end = cpu_by_process(cluster)
     off1 = settle_audit(plane.audit_log)
     req1 = report.apiserver_requests(plane)
+    hooks1 = report.webhook_calls(plane)
     correctness.update(mid)
     # Capacity is never short in the churn (a few pods per node), so a pod
     # still gated `stuck_seconds` after creation (or deleted gated) is stuck.
@@ -114,10 +121,18 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     out["churn"] = {
         "duration_s": churn_s,
         "ungate": report.summary(ung),
+        "scheduled": report.summary([x for p in pods if (x := p.scheduled_latency()) is not None]),
+        "running": report.summary([x for p in pods if (x := p.running_latency()) is not None]),
         "gone": report.summary(gone, (50, 90, 99)),
         "errors": driver.errors[:20],
         "our_events": await report.events_by_reason(core, "bench"),
         "cpu_seconds": {k: round(v - cpu_start.get(k, 0), 1) for k, v in cpu_end.items()},
+        "webhook_calls_per_pod": {
+            k: v / max(1, len(pods)) for k, v in sorted((hooks1 - hooks0).items())
+        },
+    }
+    out["churn"]["cpu_ms_per_pod"] = {
+        k: 1000 * v / max(1, len(pods)) for k, v in out["churn"]["cpu_seconds"].items()
     }
     say(f"churn done in {churn_s:.0f}s: ungate p99 {report.fmt(report.pct(ung, 99))}, "
         f"gone p99 {report.fmt(report.pct(gone, 99))}")  # fmt: skip
@@ -203,6 +218,28 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
                                       - len(agents) * base.peak_rss_mb) / len(cluster.nodes),
         },
     }  # fmt: skip
+
+    def cpu() -> dict[str, float]:
+        return cpu_by_process(cluster)
+
+    if args.floors and args.kopf_floor_pods > 0:
+        out["kopf_floor"] = await floors.kopf_floor_phase(
+            cluster, driver, api, args.kopf_floor_pods, args.rate, args.hold, args.timeout,
+            cpu, say,
+        )  # fmt: skip
+        correctness["kopf_floor_pods_not_gone"] = out["kopf_floor"]["not_gone"]
+    if args.rate_search:
+        say(f"sustainable rate, ours: p99 created -> ungated <= {args.rate_limit_s}s")
+        out["rate_search"] = {"ours": await floors.rate_search(
+            driver, search(args), load.PodTimes.ungate_latency, "r", args.rate_search_step,
+            args.rate_search_hold, args.rate_search_budget, args.timeout, say,
+        )}  # fmt: skip
+    if args.floors or args.rate_search:
+        # The phases above ran ours again: nothing may be left of them either.
+        late = await asyncio.to_thread(report.correctness_snapshot, cluster, final=True)
+        for k, v in late.items():
+            correctness[f"after_floors_{k}"] += v
+
     say("floor: stopping the operator (and its webhooks); same churn and burst, no logic")
     await asyncio.to_thread(cluster.stop_operator)
     await tracker.stop()
@@ -238,9 +275,37 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         "gone_p99": ratio(out["churn"]["gone"]["p99"], out["floor"]["churn"]["gone"]["p99"]),
         "throughput": ratio(ours_tp, floor_tp),
     }
+    if args.floors or args.rate_search:
+        await asyncio.to_thread(floors.ensure_namespace, cluster, floors.BASE_NS)
+    if args.floors:
+        baseline = await floors.baseline_phase(
+            cluster, core, limit, args.pods, args.rate, args.hold, args.timeout, cpu, say
+        )
+        out["baseline"] = baseline
+        out["ours_minus_baseline"] = floors.compare(out["churn"], baseline)
+        correctness["baseline_pods_not_gone"] = baseline["not_gone"]
+    if args.rate_search:
+        say(f"sustainable rate, baseline: p99 created -> scheduled <= {args.rate_limit_s}s")
+        btracker = load.Tracker(core, floors.BASE_NS, "none")
+        btracker.start()
+        await btracker.synced.wait()
+        bdriver = load.Driver(core, floors.BASE_NS, btracker, limit, plain=True)
+        rs = out["rate_search"]
+        rs["baseline"] = await floors.rate_search(
+            bdriver, search(args), load.PodTimes.scheduled_latency, "rb", args.rate_search_step,
+            args.rate_search_hold, args.rate_search_budget, args.timeout, say,
+        )  # fmt: skip
+        await btracker.stop()
+        rs["ratio_ours_to_baseline"] = ratio(
+            rs["ours"]["best_pods_per_s"], rs["baseline"]["best_pods_per_s"]
+        )
     out["correctness"] = dict(correctness)
     await api.close()
     await fapi.close()
+
+
+def search(args: argparse.Namespace) -> Search:
+    return Search(start=args.rate, limit_s=args.rate_limit_s, max_rate=args.rate_search_max)
 
 
 async def _mid_snapshot(cluster: Cluster, args: argparse.Namespace) -> dict[str, int]:
@@ -261,11 +326,54 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=180.0, help="per-wait timeout")
     p.add_argument("--stuck-seconds", type=float, default=30.0, help="gated longer is stuck")
     p.add_argument("--quick", action="store_true", help="20 nodes, 200 pods, hold 10 s, idle 10 s")
+    p.add_argument(
+        "--floors",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Kopf floor and baseline phases (default: on, off with --quick)",
+    )
+    p.add_argument(
+        "--kopf-floor-pods",
+        type=int,
+        default=None,
+        help="pods of the Kopf-floor churn (default: 30 s of --rate, at most --pods)",
+    )
+    p.add_argument(
+        "--rate-search",
+        action="store_true",
+        help="search the sustainable rate of ours and of baseline (minutes)",
+    )
+    p.add_argument("--rate-limit-s", type=float, default=1.0, help="p99 a sustainable rate keeps")
+    p.add_argument(
+        "--rate-search-step",
+        type=float,
+        default=15.0,
+        help="seconds of pod creation per rate tried",
+    )
+    p.add_argument(
+        "--rate-search-hold", type=float, default=2.0, help="seconds each rate-search pod lives"
+    )
+    p.add_argument(
+        "--rate-search-budget",
+        type=float,
+        default=300.0,
+        help="seconds per search (ours, baseline); a step is not started past it",
+    )
+    p.add_argument(
+        "--rate-search-max",
+        type=float,
+        default=200.0,
+        help="the search stops once this rate passes",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     p.add_argument("--workdir", type=Path, default=None, help="keep plane and logs here")
     args = p.parse_args(argv)
     if args.quick:
         args.nodes, args.pods, args.hold, args.idle = 20, 200, 10.0, 10.0
+    if args.floors is None:
+        args.floors = not args.quick
+    if args.kopf_floor_pods is None:
+        args.kopf_floor_pods = min(args.pods, round(30 * args.rate))
     start = time.monotonic()
     tmp = args.workdir or Path(tempfile.mkdtemp(prefix="vnpu-bench-"))
     cluster = Cluster(tmp, args.nodes, args.agents)

@@ -1,0 +1,50 @@
+"""The benchmark's pure figures: percentiles, admission-call counts, ours minus baseline."""
+
+from __future__ import annotations
+
+from bench.floors import compare, per_event
+from bench.report import pct, summary, webhook_calls_in
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = [float(x) for x in range(1, 101)]  # 1..100
+    assert pct(values, 50) == 50
+    assert pct(values, 99) == 99
+    assert pct(values, 100) == 100
+    assert pct([3.0, 1.0, 2.0], 50) == 2
+    assert pct([], 99) is None
+    s = summary([5.0, 1.0], (50,))
+    assert s == {"n": 2, "p50": 1.0, "max": 5.0}
+
+
+def test_webhook_calls_by_name_and_operation() -> None:
+    text = "\n".join([
+        "# HELP apiserver_admission_webhook_request_total ...",
+        'apiserver_admission_webhook_request_total{code="200",name="m.vnpu.io",'
+        'operation="CREATE",rejected="false",type="admit"} 7',
+        'apiserver_admission_webhook_request_total{code="400",name="m.vnpu.io",'
+        'operation="CREATE",rejected="true",type="admit"} 1',
+        'apiserver_admission_webhook_request_total{code="200",name="v.vnpu.io",'
+        'operation="UPDATE",rejected="false",type="validating"} 3',
+        'apiserver_request_total{code="200",verb="GET"} 99',
+    ])  # fmt: skip
+    assert webhook_calls_in(text) == {"m.vnpu.io CREATE": 8, "v.vnpu.io UPDATE": 3}
+
+
+def test_ours_minus_baseline() -> None:
+    ours = {"running": {"p50": 0.5, "p99": 2.0}, "gone": {"p50": 0.3, "p99": None},
+            "cpu_ms_per_pod": {"kube-apiserver": 30.0, "vnpu-operator": 20.0}}  # fmt: skip
+    base = {"running": {"p50": 0.1, "p99": 0.5}, "gone": {"p50": 0.1, "p99": 0.2},
+            "cpu_ms_per_pod": {"kube-apiserver": 10.0, "etcd": 2.0}}  # fmt: skip
+    d = compare(ours, base)
+    assert d["running"]["p50"] == 0.4
+    assert d["running"]["p99"] == 1.5
+    assert d["gone"]["p99"] is None
+    assert d["scheduled"] == {"p50": None, "p99": None}
+    assert d["cpu_ms_per_pod"] == {"etcd": -2.0, "kube-apiserver": 20.0, "vnpu-operator": 20.0}
+
+
+def test_cpu_per_event_in_milliseconds() -> None:
+    assert per_event(2.0, 1000) == 2.0
+    assert per_event(1.0, 0) is None
+    assert per_event(None, 10) is None
