@@ -64,6 +64,10 @@ ASCEND_RUNTIME_CLASS: dict[str, Any] = {
     "handler": ASCEND_HANDLER,
 }
 
+# The test device plugin (hack/node/cdi-test-plugin) registers resources
+# under this prefix; its Allocate answers name CDI devices of this kind.
+CDI_TEST_RESOURCE_PREFIX = "cdi-test.vnpu.io"
+
 _MNT_DETACH = 2
 
 
@@ -134,6 +138,8 @@ class RealNode:
         # mounts there (a run killed before its stop()).
         self._previous: Path | None = None
         self._started = False
+        # Resource name -> process name of running test device plugins.
+        self._cdi_plugins: dict[str, str] = {}
 
     # -- paths -------------------------------------------------------------
 
@@ -151,6 +157,12 @@ class RealNode:
         agent's --sim-device-dir): /dev on an Ascend host, here a directory
         of our own so that tests never touch /dev."""
         return self.workdir / "dev"
+
+    @property
+    def cdi_dir(self) -> Path:
+        """containerd's only CDI spec directory: an agent that should have its
+        specs injected writes them here (--cdi-dir)."""
+        return self.workdir / "cdi"
 
     def tool(self, name: str) -> str:
         if self.tools is None:
@@ -201,6 +213,8 @@ class RealNode:
             return
         t0 = time.monotonic()
         try:
+            for resource in list(self._cdi_plugins):
+                self.stop_cdi_test_plugin(resource)
             self._stop_process("kubelet")
             if self.tools is not None:
                 self._remove_containers()
@@ -323,6 +337,10 @@ state = '{c / "state"}'
     # No CAP_SYS_RESOURCE here: runc cannot set a negative oom_score_adj.
     restrict_oom_score_adj = true
     netns_mounts_under_state_dir = true
+    # CDI devices named in a container's CRI config (a device plugin's
+    # Allocate answer) come from the agent's specs here, and nowhere else.
+    enable_cdi = true
+    cdi_spec_dirs = ['{self.cdi_dir}']
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = 'runc'
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -418,6 +436,9 @@ state = '{c / "state"}'
         net_d.mkdir(parents=True, exist_ok=True)
         (net_d / "10-vnpu-localplane.conflist").write_text(json.dumps(self._cni_config()))
         (c / "config.toml").write_text(self._containerd_config(self._pause_image()))
+        # The CDI library watches its spec dirs; one that is missing at start
+        # is only picked up later.
+        self.cdi_dir.mkdir(parents=True, exist_ok=True)
         # runc is named in the config, but the shim's `-info` probe (which
         # containerd runs for the CRI's runtime status) looks it up on PATH.
         env = {**os.environ, "PATH": f"{self.tools}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -493,6 +514,50 @@ state = '{c / "state"}'
         if check and out.returncode != 0:
             raise RealNodeError(f"ctr {' '.join(args)} failed: {out.stderr.strip()}")
         return out
+
+    # -- CDI requester -----------------------------------------------------
+
+    def start_cdi_test_plugin(self, name: str, ids: list[int], kind: str = "vnpu.io/vnpu") -> str:
+        """Registers the extended resource `cdi-test.vnpu.io/<name>` with the
+        kubelet, one device per id; a container that requests it gets the CDI
+        devices `<kind>=<id>` injected by containerd (from `cdi_dir`). Returns
+        the resource name once the Node's allocatable shows it."""
+        resource = f"{CDI_TEST_RESOURCE_PREFIX}/{name}"
+        if resource in self._cdi_plugins:
+            raise RealNodeError(f"the test device plugin for {resource} already runs")
+        out = subprocess.run(
+            ["bash", str(NODE_BUILD_SCRIPT), "--print-cdi-test-plugin"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        binary = out.stdout.strip()
+        proc = f"cdi-test-plugin-{name}"
+        self.plane._spawn(
+            proc,
+            [binary, f"-resource={resource}", f"-kind={kind}",
+             f"-ids={','.join(str(i) for i in ids)}",
+             f"-plugin-dir={KUBELET_ROOT / 'device-plugins'}"],
+        )  # fmt: skip
+        self._cdi_plugins[resource] = proc
+
+        def advertised() -> bool:
+            self._check_alive(proc)
+            node = self.plane.get_json("node", self.name) or {}
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
+            return allocatable.get(resource) == str(len(ids))
+
+        try:
+            # The kubelet reports a new resource at its next node status
+            # update (every 10 s by default).
+            wait_for(f"{resource} allocatable on {self.name}", advertised, 60, interval=0.5)
+        except AssertionError as exc:
+            raise RealNodeError(f"{exc}\n{proc}:\n{self.plane.log_tail(proc)}") from None
+        return resource
+
+    def stop_cdi_test_plugin(self, resource: str) -> None:
+        """Stops a test device plugin; the kubelet drops its resource."""
+        proc = self._cdi_plugins.pop(resource, None)
+        if proc is not None:
+            self._stop_process(proc)
 
     # -- images ------------------------------------------------------------
 

@@ -13,6 +13,9 @@
 #   pause        hack/node/pause, a few lines of Go
 #   busybox      Debian's busybox-static, for the tests' plain-container image
 #                (test-only, so not part of the cache key)
+#   cdi-test-plugin  hack/node/cdi-test-plugin, a test-only device plugin whose
+#                Allocate answers name CDI devices (not part of the directory
+#                name: its file name carries its source hash)
 #
 # One directory keyed by every version holds them all (CNI plugins under
 # cni/); a run with that directory complete builds nothing. Prints the
@@ -20,6 +23,8 @@
 #
 #   hack/node/build.sh            build what is missing, print the dir
 #   hack/node/build.sh --print    print the dir, build nothing
+#   hack/node/build.sh --print-cdi-test-plugin
+#                                 print the test device plugin's path, build nothing
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,9 +38,17 @@ plane=$(cd "$here/../plane" && pwd)
 pause_key=$(cat "$here/pause/go.mod" "$here/pause/main.go" | sha256sum | cut -c1-12)
 cache_root=${VNPU_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vnpu-operator/node}
 bin_dir="$cache_root/bin-kubelet-$K8S_VERSION-containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-cni-$CNI_PLUGINS_VERSION-pause-$pause_key"
+# Test-only like busybox, so it stays out of the directory name; its own
+# source hash is in its file name, so a source change builds a new binary.
+cdi_plugin_key=$(cat "$here/cdi-test-plugin/go.mod" "$here/cdi-test-plugin/go.sum" "$here/cdi-test-plugin/main.go" | sha256sum | cut -c1-12)
+cdi_plugin="cdi-test-plugin-$cdi_plugin_key"
 
 if [[ "${1:-}" == "--print" ]]; then
   echo "$bin_dir"
+  exit 0
+fi
+if [[ "${1:-}" == "--print-cdi-test-plugin" ]]; then
+  echo "$bin_dir/$cdi_plugin"
   exit 0
 fi
 
@@ -53,11 +66,13 @@ need runc && want_runc=1
 need cni/bridge cni/host-local cni/loopback && want_cni=1
 want_busybox=0
 need busybox && want_busybox=1
+want_cdi_plugin=0
+need "$cdi_plugin" && want_cdi_plugin=1
 
 # Tools are checked only when something needs them, so a complete cache
 # works on a machine without Go or apt.
-if (( want_kubelet + want_containerd + want_pause > 0 )); then
-  command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH. The kubelet, containerd and pause are built from Go modules; install Go >= 1.25 (https://go.dev/doc/install) and run again."
+if (( want_kubelet + want_containerd + want_pause + want_cdi_plugin > 0 )); then
+  command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH. The kubelet, containerd, pause and the test device plugin are built from Go modules; install Go >= 1.25 (https://go.dev/doc/install) and run again."
   go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
   [[ "$go_minor" =~ ^[0-9]+$ ]] && (( go_minor >= 25 )) || die "Go $(go env GOVERSION) is too old: containerd $CONTAINERD_VERSION needs Go >= 1.25."
 fi
@@ -80,7 +95,7 @@ trap 'rm -rf "${scratch[@]}"' EXIT
 
 mkdir -p "$bin_dir"
 start_all=$SECONDS
-total=6
+total=7
 
 step=1
 if (( want_kubelet )); then
@@ -230,6 +245,20 @@ else
   log "[$step/$total] busybox $BUSYBOX_VERSION: cached"
 fi
 
+step=7
+if (( want_cdi_plugin )); then
+  log "[$step/$total] CDI test device plugin (hack/node/cdi-test-plugin, source $cdi_plugin_key)"
+  t=$SECONDS
+  (cd "$here/cdi-test-plugin" && run_build cdi-test-plugin go build -v -trimpath -ldflags "-s -w" -o "$bin_dir/$cdi_plugin.tmp" .)
+  # Binaries of older sources are never used again.
+  find "$bin_dir" -maxdepth 1 -name 'cdi-test-plugin-*' ! -name "$cdi_plugin.tmp" -delete
+  mv "$bin_dir/$cdi_plugin.tmp" "$bin_dir/$cdi_plugin"
+  origin cdi-test-plugin "$cdi_plugin: go build hack/node/cdi-test-plugin (k8s.io/kubelet device-plugin API v1beta1, CGO_ENABLED=0)"
+  log "[$step/$total] CDI test device plugin built in $((SECONDS - t))s"
+else
+  log "[$step/$total] CDI test device plugin $cdi_plugin_key: cached"
+fi
+
 # Every run: each binary starts on this host. runc from Debian links
 # libseccomp dynamically, so a host without it fails here, not at the first
 # pod sandbox.
@@ -239,6 +268,7 @@ fi
 "$bin_dir/containerd-shim-runc-v2" -v >/dev/null 2>&1 || die "$bin_dir/containerd-shim-runc-v2 does not run."
 "$bin_dir/runc" --version >/dev/null 2>&1 || die "$bin_dir/runc does not run: $("$bin_dir/runc" --version 2>&1 | head -1). Debian's runc needs libseccomp2 ('apt-get install libseccomp2')."
 "$bin_dir/busybox" true || die "$bin_dir/busybox does not run."
+"$bin_dir/$cdi_plugin" -h 2>/dev/null || die "$bin_dir/$cdi_plugin does not run."
 for p in bridge host-local loopback; do
   CNI_COMMAND=VERSION "$bin_dir/cni/$p" </dev/null >/dev/null 2>&1 || die "$bin_dir/cni/$p does not run."
 done
