@@ -33,6 +33,7 @@ from vnpu_operator.admission import (
     mutating_webhook_configuration,
     validating_webhook_configuration,
 )
+from vnpu_operator.admission.mutation import VISIBLE_DEVICES_FIELD_PATH
 
 pytestmark = pytest.mark.plane
 
@@ -202,7 +203,9 @@ def test_webhook_configurations_match_what_the_operator_registers(plane: LocalPl
     assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in ports
 
 
-PROTECTIONS = ("pod-protection", "binding-protection", "allocation-protection")
+PROTECTIONS = (
+    "pod-protection", "device-protection", "binding-protection", "allocation-protection",
+)  # fmt: skip
 
 
 def _protection(plane: LocalPlane, *values: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -212,13 +215,15 @@ def _protection(plane: LocalPlane, *values: str) -> dict[tuple[str, str], dict[s
 
 
 def _operator_checks(docs: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
-    """The CEL expressions of the three policies that name the operator."""
+    """The CEL expressions of the four policies that name the operator."""
     policy = "ValidatingAdmissionPolicy"
     pods = docs[(policy, f"{RELEASE}-pod-protection")]["spec"]
+    devices = docs[(policy, f"{RELEASE}-device-protection")]["spec"]
     binding = docs[(policy, f"{RELEASE}-binding-protection")]["spec"]
     allocations = docs[(policy, f"{RELEASE}-allocation-protection")]["spec"]
     return [
         *(c["expression"] for c in pods["matchConditions"] if c["name"] == "not-the-operator"),
+        *(c["expression"] for c in devices["matchConditions"] if c["name"] == "not-the-operator"),
         *(c["expression"] for c in binding["matchConditions"] if c["name"] == "not-the-operator"),
         allocations["validations"][0]["expression"],
     ]
@@ -237,7 +242,7 @@ def test_protection_policies_name_the_release_operator_and_exempt_groups(
 
     def named(docs: dict[tuple[str, str], dict[str, Any]], username: str) -> None:
         checks = _operator_checks(docs)
-        assert len(checks) == 3
+        assert len(checks) == 4
         for expression in checks:
             assert f'"{username}"' in expression, expression
 
@@ -255,7 +260,7 @@ def test_protection_policies_name_the_release_operator_and_exempt_groups(
             for c in d["spec"].get("matchConditions", [])
             if c["name"] == "not-exempt"
         }
-        assert len(expressions) == 1, expressions  # the pod and the binding policy alike
+        assert len(expressions) == 1, expressions  # the pod, device and binding policies alike
         return expressions
 
     assert exempt(docs) == {
@@ -275,9 +280,16 @@ def test_protection_policies_name_the_release_operator_and_exempt_groups(
     pods = json.dumps(docs[("ValidatingAdmissionPolicy", f"{RELEASE}-pod-protection")]["spec"])
     for key in (
         names.ANN_TEMPLATE, names.ANN_COUNT, names.ANN_CHIP_MODEL, names.ANN_CONTAINERS,
-        names.ANN_VISIBLE_DEVICES, names.SCHEDULING_GATE, names.POD_FINALIZER,
+        names.SCHEDULING_GATE, names.POD_FINALIZER,
     ):  # fmt: skip
         assert f"'{key}'" in pods, key
+    devices = json.dumps(
+        docs[("ValidatingAdmissionPolicy", f"{RELEASE}-device-protection")]["spec"]
+    )
+    assert f"'{names.ANN_VISIBLE_DEVICES}'" in devices
+    assert f"'{names.ENV_VISIBLE_DEVICES}'" in devices
+    # The field path the webhook writes is the one the policy accepts.
+    assert VISIBLE_DEVICES_FIELD_PATH in devices
     allocations = docs[("ValidatingAdmissionPolicy", f"{RELEASE}-allocation-protection")]
     assert f"'{names.LABEL_NODE}'" in json.dumps(allocations["spec"])
     rules = allocations["spec"]["matchConstraints"]["resourceRules"]

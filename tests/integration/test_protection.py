@@ -31,6 +31,7 @@ from localplane.components import vnpu_ids
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_common import names
+from vnpu_operator.admission.mutation import VISIBLE_DEVICES_FIELD_PATH
 
 pytestmark = pytest.mark.plane
 
@@ -107,6 +108,7 @@ def tenant(plane: LocalPlane, namespace: str, tmp_path: Path) -> User:
         # More than an ordinary tenant gets: the subresources that can change metadata.
         ([""], ["pods/status"], ["get", "update", "patch"]),
         ([""], ["pods/binding", "bindings"], ["create"]),
+        ([""], ["pods/ephemeralcontainers"], ["get", "update", "patch"]),
         ([names.GROUP], [names.ALLOCATION_PLURAL], ["get", "list", "create", "update", "patch"]),
     ]
     plane.kubectl("create", "serviceaccount", "tenant", "-n", namespace)
@@ -420,6 +422,112 @@ def test_tenant_cannot_take_another_pods_vnpu_or_keep_its_own(
         timeout=60,
     )
     wait_for("no vNPU left", lambda: not vnpu_ids(stack.agent.sim(NODE)), timeout=60)
+
+
+DEVICE_ENV = f"env {names.ENV_VISIBLE_DEVICES}"
+
+
+def with_env(pod: dict[str, Any], container: int, env: list[dict[str, Any]], *,
+             init: bool = False) -> dict[str, Any]:  # fmt: skip
+    pod["spec"]["initContainers" if init else "containers"][container]["env"] = env
+    return pod
+
+
+def test_no_pod_names_vnpu_devices_but_through_the_operator(
+    plane: LocalPlane, stack: Stack, tenant: User, namespace: str
+) -> None:
+    """The Ascend runtime gives a container what its ASCEND_VISIBLE_DEVICES names. A pod
+    that never asked for vNPUs, a container the request left out, or an ephemeral
+    container added later would otherwise reach any vNPU of the node by its id."""
+    ns = namespace
+    create_as(tenant, vnpu_pod("victim", ns, template=TEMPLATE))
+    victim = running(plane, ns, "victim")
+    theirs = visible(victim)
+    assert theirs, victim
+    literal = [{"name": names.ENV_VISIBLE_DEVICES, "value": theirs}]
+    from_annotation = [
+        {
+            "name": names.ENV_VISIBLE_DEVICES,
+            "valueFrom": {"fieldRef": {"fieldPath": VISIBLE_DEVICES_FIELD_PATH}},
+        }
+    ]
+    from_label = [
+        {
+            "name": names.ENV_VISIBLE_DEVICES,
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['devices']"}},
+        }
+    ]
+
+    def create_refused(field: str, pod: dict[str, Any]) -> None:
+        tenant.refused(field, "create", "-f", "-", input=yaml.safe_dump(pod))
+
+    def plain(name: str) -> dict[str, Any]:
+        return vnpu_pod(
+            name, ns, template=None, containers=["main", "side"], init_containers=["setup"]
+        )
+
+    # A pod that does not ask for vNPUs: no literal, no other field, in any container.
+    create_refused(DEVICE_ENV, with_env(plain("p1"), 0, literal))
+    create_refused(DEVICE_ENV, with_env(plain("p2"), 1, from_label))
+    create_refused(DEVICE_ENV, with_env(plain("p3"), 0, literal, init=True))
+    # Nor the operator's annotation, set at creation, for the webhook's env to read.
+    create_refused(
+        VISIBLE,
+        with_env(
+            vnpu_pod("p4", ns, template=None, annotations={names.ANN_VISIBLE_DEVICES: theirs}),
+            0,
+            from_annotation,
+        ),
+    )
+    # A vNPU pod: the container its request leaves out may not name devices itself.
+    create_refused(
+        DEVICE_ENV,
+        with_env(
+            vnpu_pod("p5", ns, template=TEMPLATE, containers=["main", "side"],
+                     annotations={names.ANN_CONTAINERS: "main"}),
+            1,
+            literal,
+        ),
+    )  # fmt: skip
+    for name in ("p1", "p2", "p3", "p4", "p5"):
+        assert get_json(plane, "pod", "-n", ns, name) is None, name
+
+    # A plain pod that reads the annotation (empty) is fine; adding the annotation later
+    # would hand its next container start the victim's vNPU.
+    create_as(tenant, with_env(vnpu_pod("reader", ns, template=None), 0, from_annotation))
+    reader = running(plane, ns, "reader")
+    tenant.refused(VISIBLE, "annotate", "pod", "reader", f"{names.ANN_VISIBLE_DEVICES}={theirs}")
+    tenant.refused(
+        VISIBLE,
+        *tenant.patch(
+            "reader",
+            "merge",
+            {"metadata": {"annotations": {names.ANN_VISIBLE_DEVICES: theirs}}},
+            "--subresource=status",
+        ),
+    )
+    harmless_edits(tenant, "reader")
+
+    # Ephemeral containers (kubectl debug) run with the pod's runtime too.
+    def debug(pod: dict[str, Any], env: list[dict[str, Any]]) -> tuple[int, str]:
+        body = json.loads(json.dumps(pod))
+        del body["metadata"]["resourceVersion"]
+        body["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox", "env": env}]
+        path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/ephemeralcontainers"
+        return tenant.kubectl("replace", "--raw", path, "-f", "-", input=json.dumps(body))
+
+    for target in (reader, pod_of(plane, ns, "victim")):
+        for env in (literal, from_label):
+            rc, out = debug(target, env)
+            assert rc != 0, out
+            assert DEVICE_ENV in out, out
+            assert ONLY_OPERATOR in out, out
+    rc, out = debug(pod_of(plane, ns, "reader"), [{"name": "HARMLESS", "value": "1"}])
+    assert rc == 0, out
+    after = pod_of(plane, ns, "reader")
+    assert [c["name"] for c in after["spec"]["ephemeralContainers"]] == ["debugger"]
+    assert visible(after) is None
+    assert visible(pod_of(plane, ns, "victim")) == theirs
 
 
 def test_tenant_cannot_start_a_gated_pod_or_change_its_request(
