@@ -9,8 +9,8 @@ CDI spec directory with host paths in that device dir
 (--cdi-host-device-dir). Nothing of the operator runs: allocations are made
 by hand, as the operator would.
 
-Needs root; without it the fixture fails with RealNodeError saying so. Not in
-`make test` yet: `make test-realnode` runs these (marker `realnode`).
+Needs root; without it the fixture fails with RealNodeError saying so.
+`make test-realnode` runs these (marker `realnode`).
 """
 
 from __future__ import annotations
