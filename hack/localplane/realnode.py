@@ -530,6 +530,8 @@ state = '{c / "state"}'
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         binary = out.stdout.strip()
+        if not Path(binary).is_file():
+            raise RealNodeError(f"{binary} is not built; start() builds it (hack/node/build.sh)")
         proc = f"cdi-test-plugin-{name}"
         self.plane._spawn(
             proc,
