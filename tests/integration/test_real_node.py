@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import signal
 import socket
 import ssl
-import stat
 import threading
 import time
 import uuid
@@ -26,10 +24,16 @@ from typing import Any
 
 import pytest
 from operator_harness import purge_foreign, vnpu_pods
+from realnode_harness import (
+    add_davinci_manager,
+    check_devices,
+    exec_in,
+    running,
+    vnpu_busybox_pod,
+)
 
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess
 from localplane.plane import LocalPlane, free_port
-from localplane.pods import vnpu_pod
 from localplane.realnode import (
     BRIDGE,
     CONTAINERD_RUN,
@@ -43,20 +47,9 @@ from localplane.realnode import (
     primary_ip,
 )
 from localplane.waiting import wait_for
-from vnpu_agent.drivers.sim import NULL_DEVICE
 from vnpu_common import certs, names
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]
-
-
-@pytest.fixture(scope="module")
-def real_node(plane: LocalPlane) -> Iterator[RealNode]:
-    node = RealNode(plane)
-    node.start(progress=lambda msg: print(f"[realnode] {msg}"))
-    print(f"[realnode] timings: {node.timings}")
-    yield node
-    node.stop()
-    print(f"[realnode] stopped in {node.timings['node_stop']:.1f}s")
 
 
 def _pod(name: str, node: RealNode, script: str, **spec: Any) -> dict[str, Any]:
@@ -92,21 +85,6 @@ def _pod(name: str, node: RealNode, script: str, **spec: Any) -> dict[str, Any]:
 SERVE = 'trap "exit 0" TERM; echo "hello from $POD_NAME"; while true; do sleep 1; done'
 
 
-def _running(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        pod = plane.get_json("pod", name, "-n", namespace)
-        if pod and pod["status"].get("phase") == "Running":
-            return dict(pod)
-        return None
-
-    result: dict[str, Any] = wait_for(f"pod {name} Running", check, 60, interval=0.1)
-    return result
-
-
-def _exec(plane: LocalPlane, namespace: str, name: str, *cmd: str) -> str:
-    return plane.kubectl("exec", "-n", namespace, name, "--", *cmd).stdout
-
-
 def test_node_registers_ready_under_the_hostname(plane: LocalPlane, real_node: RealNode) -> None:
     node = plane.get_json("node", socket.gethostname().lower())
     assert node is not None
@@ -128,7 +106,7 @@ def test_pod_runs_with_logs_exec_and_downward_env(
     manifest = _pod(name, real_node, SERVE)
     manifest["metadata"]["namespace"] = namespace
     plane.apply(manifest)
-    pod = _running(plane, namespace, name)
+    pod = running(plane, namespace, name)
     print(f"[realnode] pod create -> Running: {time.monotonic() - t0:.2f}s")
 
     logs = wait_for(
@@ -139,7 +117,7 @@ def test_pod_runs_with_logs_exec_and_downward_env(
     assert logs.strip() == f"hello from {name}"
     env = dict(
         line.split("=", 1)
-        for line in _exec(plane, namespace, name, "env").splitlines()
+        for line in exec_in(plane, namespace, name, "env").splitlines()
         if "=" in line
     )
     assert env["POD_NAME"] == name
@@ -147,7 +125,7 @@ def test_pod_runs_with_logs_exec_and_downward_env(
     assert env["NOTE"] == f"note-of-{name}"
     assert env["POD_IP"] == pod["status"]["podIP"]
     assert env["POD_IP"].startswith("10.88.0.")
-    dev = _exec(plane, namespace, name, "ls", "/dev").split()
+    dev = exec_in(plane, namespace, name, "ls", "/dev").split()
     assert {"null", "zero", "urandom"} <= set(dev)
     assert not [d for d in dev if d.startswith("davinci")]
 
@@ -159,11 +137,11 @@ def test_pod_reaches_the_api_server_at_the_gateway(
     manifest = _pod(name, real_node, SERVE)
     manifest["metadata"]["namespace"] = namespace
     plane.apply(manifest)
-    _running(plane, namespace, name)
+    running(plane, namespace, name)
     port = plane.ports.apiserver
     # From inside the pod network: the API server answers at the gateway
     # (busybox's wget does not verify certificates; anonymous /readyz is public).
-    out = _exec(
+    out = exec_in(
         plane, namespace, name, "wget", "-q", "-O-", "--no-check-certificate",
         f"https://{POD_GATEWAY}:{port}/readyz",
     )  # fmt: skip
@@ -273,7 +251,7 @@ def test_graceful_delete_honours_a_short_grace_period(
     manifest = _pod(name, real_node, "exec sleep 3600", terminationGracePeriodSeconds=2)
     manifest["metadata"]["namespace"] = namespace
     plane.apply(manifest)
-    pod = _running(plane, namespace, name)
+    pod = running(plane, namespace, name)
     container_id = pod["status"]["containerStatuses"][0]["containerID"].split("//")[-1]
     assert container_id in real_node.ctr("tasks", "ls", "-q").stdout.split()
 
@@ -310,9 +288,7 @@ def vnpu_stack(
         "annotate", "node", real_node.name, f"{names.ANN_SIM_CHIPS}=910B3=1", "--overwrite"
     )
     # A control device the real runtime adds when the host has it.
-    manager = real_node.device_dir / "davinci_manager"
-    manager.unlink(missing_ok=True)
-    os.mknod(manager, stat.S_IFCHR | 0o666, os.makedev(*NULL_DEVICE))
+    add_davinci_manager(real_node)
     purge_foreign(plane, [real_node.name])
     agent = AgentProcess(
         plane, workdir / "agent", [real_node.name],
@@ -347,62 +323,22 @@ def vnpu_stack(
                           check=False)  # fmt: skip
 
 
-# PID 1 without a trap ignores SIGTERM; the kubelet kills it after the grace period.
-SLEEP = "exec sleep 3600"
-SHOW = 'echo "env=$ASCEND_VISIBLE_DEVICES"; ls /dev'
-
-
-def _vnpu_pod(name: str, namespace: str, count: int, **spec: Any) -> dict[str, Any]:
-    pod = vnpu_pod(name, namespace, template="vir05_1c_16g", count=count,
-                   spec={"terminationGracePeriodSeconds": 2, **spec})  # fmt: skip
-    container = {"image": TEST_IMAGE, "imagePullPolicy": "Never"}
-    pod["spec"]["initContainers"] = [{"name": "init", **container, "command": ["sh", "-c", SHOW]}]
-    pod["spec"]["containers"] = [{"name": "main", **container, "command": ["sh", "-c", SLEEP]}]
-    return pod
-
-
-def _davinci(listing: str) -> set[str]:
-    return {d for d in listing.split() if d.startswith("davinci") and d[7:].isdigit()}
-
-
-def _check_devices(plane: LocalPlane, namespace: str, pod: dict[str, Any]) -> list[int]:
-    """What the containers of `pod` see: the allocation's ids in the env and
-    exactly their device nodes. Returns the ids."""
-    name = pod["metadata"]["name"]
-    allocs = plane.get_json("vnpuallocations", "-n", namespace,
-                            "-l", f"{names.LABEL_POD_UID}={pod['metadata']['uid']}")  # fmt: skip
-    ids = sorted(a["spec"]["vnpuId"] for a in allocs["items"])
-    shown = pod["metadata"]["annotations"][names.ANN_VISIBLE_DEVICES]
-    assert sorted(int(i) for i in shown.split(",")) == ids
-    wanted = {f"davinci{i}" for i in ids}
-    env = _exec(plane, namespace, name, "sh", "-c", f"echo ${names.ENV_VISIBLE_DEVICES}").strip()
-    assert env == shown
-    listing = _exec(plane, namespace, name, "ls", "/dev")
-    assert _davinci(listing) == wanted
-    assert "davinci_manager" in listing.split()
-    # The init container saw the same.
-    init_log = plane.kubectl("logs", "-n", namespace, name, "-c", "init").stdout
-    assert f"env={shown}" in init_log.splitlines()
-    assert _davinci(init_log) == wanted
-    return ids
-
-
 def test_vnpu_pods_see_exactly_their_devices_and_keep_them_across_a_restart(
     plane: LocalPlane, vnpu_stack: RealNode, namespace: str
 ) -> None:
     node = vnpu_stack
     t0 = time.monotonic()
-    plane.apply(_vnpu_pod("two", namespace, 2))
-    pod = _running(plane, namespace, "two")
+    plane.apply(vnpu_busybox_pod("two", namespace, 2))
+    pod = running(plane, namespace, "two")
     print(f"[realnode] vNPU pod create -> Running: {time.monotonic() - t0:.2f}s")
     assert pod["spec"]["runtimeClassName"] == "ascend"
     assert pod["spec"]["nodeName"] == node.name
-    ids = _check_devices(plane, namespace, pod)
+    ids = check_devices(plane, namespace, pod)
     assert len(ids) == 2
     assert {p.name for p in node.device_dir.glob("vdavinci*")} == {f"vdavinci{i}" for i in ids}
 
-    plane.apply(_vnpu_pod("one", namespace, 1))
-    other = _check_devices(plane, namespace, _running(plane, namespace, "one"))
+    plane.apply(vnpu_busybox_pod("one", namespace, 1))
+    other = check_devices(plane, namespace, running(plane, namespace, "one"))
     assert len(other) == 1
     assert not set(other) & set(ids)
 
@@ -419,7 +355,7 @@ def test_vnpu_pods_see_exactly_their_devices_and_keep_them_across_a_restart(
 
     again = wait_for("the killed container restarted", restarted, 60, interval=0.2)
     assert again["status"]["containerStatuses"][0]["containerID"].split("//")[-1] != cid
-    assert _check_devices(plane, namespace, again) == ids
+    assert check_devices(plane, namespace, again) == ids
 
 
 def _delete_and_watch(
@@ -428,8 +364,8 @@ def _delete_and_watch(
     """Deletes a running one-vNPU pod; returns when its device node went and
     when the pod object went (s after the delete), and whether the pod's
     container still ran when the device went."""
-    pod = _running(plane, namespace, name)
-    ids = _check_devices(plane, namespace, pod)
+    pod = running(plane, namespace, name)
+    ids = check_devices(plane, namespace, pod)
     device = node.device_dir / f"vdavinci{ids[0]}"
     cid = pod["status"]["containerStatuses"][0]["containerID"].split("//")[-1]
     assert device.exists()
@@ -453,7 +389,7 @@ def _delete_and_watch(
 def test_delete_destroys_the_vnpu_before_the_pod_object_goes(
     plane: LocalPlane, vnpu_stack: RealNode, namespace: str
 ) -> None:
-    plane.apply(_vnpu_pod("doomed", namespace, 1))
+    plane.apply(vnpu_busybox_pod("doomed", namespace, 1))
     device_gone, pod_gone, _ = _delete_and_watch(plane, vnpu_stack, namespace, "doomed")
     assert device_gone <= pod_gone
     # The kubelet's grace period ran (2 s: sleep as PID 1 ignores SIGTERM).
@@ -470,7 +406,7 @@ def test_delete_destroys_the_vnpu_before_the_pod_object_goes(
 def test_the_vnpu_outlives_the_containers_grace_period(
     plane: LocalPlane, vnpu_stack: RealNode, namespace: str
 ) -> None:
-    plane.apply(_vnpu_pod("graceful", namespace, 1))
+    plane.apply(vnpu_busybox_pod("graceful", namespace, 1))
     _, _, running_at_destroy = _delete_and_watch(plane, vnpu_stack, namespace, "graceful")
     assert not running_at_destroy, "the vNPU was destroyed while its container still ran"
 
@@ -478,7 +414,7 @@ def test_the_vnpu_outlives_the_containers_grace_period(
 def test_a_pod_never_ungated_never_starts_a_container(
     plane: LocalPlane, vnpu_stack: RealNode, namespace: str
 ) -> None:
-    plane.apply(_vnpu_pod("nowhere", namespace, 1, nodeSelector={"example.com/none": "x"}))
+    plane.apply(vnpu_busybox_pod("nowhere", namespace, 1, nodeSelector={"example.com/none": "x"}))
     time.sleep(5)
     pod = plane.get_json("pod", "nowhere", "-n", namespace)
     assert pod["spec"].get("schedulingGates")
@@ -521,7 +457,7 @@ def test_stop_cleans_the_host_and_a_second_start_works(
     manifest = _pod(f"left-{uuid.uuid4().hex[:6]}", real_node, SERVE)
     manifest["metadata"]["namespace"] = namespace
     plane.apply(manifest)
-    _running(plane, namespace, manifest["metadata"]["name"])
+    running(plane, namespace, manifest["metadata"]["name"])
 
     real_node.stop()
     roots = (str(KUBELET_ROOT), str(CONTAINERD_RUN), str(real_node.workdir))
@@ -541,4 +477,4 @@ def test_stop_cleans_the_host_and_a_second_start_works(
     again = _pod(name, real_node, SERVE)
     again["metadata"]["namespace"] = namespace
     plane.apply(again)
-    _running(plane, namespace, name)
+    running(plane, namespace, name)

@@ -1,0 +1,111 @@
+"""Helpers of the tests on the real node (test_real_node*.py): starting the node,
+busybox pods that ask for vNPUs, and what their containers see."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from typing import Any
+
+from localplane.plane import LocalPlane
+from localplane.pods import vnpu_pod
+from localplane.realnode import TEST_IMAGE, RealNode, RealNodeError
+from localplane.waiting import wait_for
+from vnpu_agent.drivers.sim import NULL_DEVICE
+from vnpu_common import names
+
+# How long a test run waits for another run's real node (one per machine) to stop
+# before it fails; 0: at once. For machines where several runs share the node.
+LOCK_WAIT_ENV = "VNPU_REALNODE_WAIT_SECONDS"
+LOCK_POLL_SECONDS = 30.0
+
+# PID 1 without a trap ignores SIGTERM; the kubelet kills it after the grace period.
+SLEEP = "exec sleep 3600"
+SHOW = 'echo "env=$ASCEND_VISIBLE_DEVICES"; ls /dev'
+
+
+def start_real_node(plane: LocalPlane) -> RealNode:
+    """A started real node on `plane`; waits up to $VNPU_REALNODE_WAIT_SECONDS for
+    another run's node to stop."""
+    deadline = time.monotonic() + float(os.environ.get(LOCK_WAIT_ENV, "0") or 0)
+    while True:
+        node = RealNode(plane)
+        try:
+            node.start(progress=lambda msg: print(f"[realnode] {msg}"))
+        except RealNodeError as exc:
+            if "already runs on this machine" not in str(exc) or time.monotonic() > deadline:
+                raise
+            print(f"[realnode] {exc}; retrying in {LOCK_POLL_SECONDS:.0f}s")
+            time.sleep(LOCK_POLL_SECONDS)
+            continue
+        print(f"[realnode] timings: {node.timings}")
+        return node
+
+
+def running(plane: LocalPlane, namespace: str, name: str, timeout: float = 60) -> dict[str, Any]:
+    """The pod once its phase is Running."""
+
+    def check() -> dict[str, Any] | None:
+        pod = plane.get_json("pod", name, "-n", namespace)
+        if pod and pod["status"].get("phase") == "Running":
+            return dict(pod)
+        return None
+
+    result: dict[str, Any] = wait_for(f"pod {name} Running", check, timeout, interval=0.1)
+    return result
+
+
+def exec_in(plane: LocalPlane, namespace: str, name: str, *cmd: str) -> str:
+    """`kubectl exec` in the pod's first container; its stdout."""
+    return plane.kubectl("exec", "-n", namespace, name, "--", *cmd).stdout
+
+
+def vnpu_busybox_pod(name: str, namespace: str, count: int, **spec: Any) -> dict[str, Any]:
+    """A pod asking for `count` vir05_1c_16g vNPUs, with an init container that
+    prints what it sees and a main container that sleeps (2 s grace period)."""
+    pod = vnpu_pod(name, namespace, template="vir05_1c_16g", count=count,
+                   spec={"terminationGracePeriodSeconds": 2, **spec})  # fmt: skip
+    container = {"image": TEST_IMAGE, "imagePullPolicy": "Never"}
+    pod["spec"]["initContainers"] = [{"name": "init", **container, "command": ["sh", "-c", SHOW]}]
+    pod["spec"]["containers"] = [{"name": "main", **container, "command": ["sh", "-c", SLEEP]}]
+    return pod
+
+
+def davinci(listing: str) -> set[str]:
+    """The davinci<id> names in an `ls` listing."""
+    return {d for d in listing.split() if d.startswith("davinci") and d[7:].isdigit()}
+
+
+def allocation_ids(plane: LocalPlane, namespace: str, pod: dict[str, Any]) -> list[int]:
+    allocs = plane.get_json("vnpuallocations", "-n", namespace,
+                            "-l", f"{names.LABEL_POD_UID}={pod['metadata']['uid']}")  # fmt: skip
+    return sorted(a["spec"]["vnpuId"] for a in allocs["items"])
+
+
+def check_devices(plane: LocalPlane, namespace: str, pod: dict[str, Any]) -> list[int]:
+    """What the containers of a vnpu_busybox_pod see: the allocation's ids in the
+    env and exactly their device nodes, in the main and the init container.
+    Returns the ids."""
+    name = pod["metadata"]["name"]
+    ids = allocation_ids(plane, namespace, pod)
+    shown = pod["metadata"]["annotations"][names.ANN_VISIBLE_DEVICES]
+    assert sorted(int(i) for i in shown.split(",")) == ids
+    wanted = {f"davinci{i}" for i in ids}
+    env = exec_in(plane, namespace, name, "sh", "-c", f"echo ${names.ENV_VISIBLE_DEVICES}").strip()
+    assert env == shown
+    listing = exec_in(plane, namespace, name, "ls", "/dev")
+    assert davinci(listing) == wanted
+    assert "davinci_manager" in listing.split()
+    init_log = plane.kubectl("logs", "-n", namespace, name, "-c", "init").stdout
+    assert f"env={shown}" in init_log.splitlines()
+    assert davinci(init_log) == wanted
+    return ids
+
+
+def add_davinci_manager(node: RealNode) -> None:
+    """The control device an Ascend host has and the runtime adds to every vNPU
+    container (a null device here)."""
+    manager = node.device_dir / "davinci_manager"
+    manager.unlink(missing_ok=True)
+    os.mknod(manager, stat.S_IFCHR | 0o666, os.makedev(*NULL_DEVICE))
