@@ -1,0 +1,395 @@
+"""Stage E of the real node: the product's own image (built from Dockerfile by
+hack/image/build.sh), installed by its Helm chart, running on the real kubelet.
+
+The chart's operator Deployment and agent DaemonSet (sim driver, device nodes in
+the node's device dir for the Ascend runtime stand-in) run on the real node only;
+a kwok NPU node next to it gets no agent pod. Their pods reach the API server at
+the CNI bridge's gateway (`apiServer.host`): there is no kube-proxy. Then vNPU pods
+run with exactly their devices, the agent pod and the operator pod are deleted
+mid-life (nothing lost, leaked or booked twice), and the documented uninstall
+order leaves no pod stuck and no vNPU.
+
+The tests share one release and one namespace of vNPU pods and run in file order:
+install first, uninstall last. Needs root (the real node, the image build).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chart_harness import CHART, RELEASE, adopt_crds, helm
+from operator_harness import purge_foreign
+from realnode_harness import (
+    add_davinci_manager,
+    allocation_ids,
+    check_devices,
+    exec_in,
+    running,
+    vnpu_busybox_pod,
+)
+
+from localplane import productimage
+from localplane.components import vnpu_ids
+from localplane.nodes import NodeSpec, parse_chips
+from localplane.plane import LocalPlane
+from localplane.realnode import ASCEND_HANDLER, POD_GATEWAY, REAL_NODE_LABEL, RealNode
+from localplane.waiting import wait_for
+from vnpu_agent.drivers.sim import SimDriver
+from vnpu_common import names
+
+pytestmark = [pytest.mark.plane, pytest.mark.realnode]
+
+NAMESPACE = "vnpu-realnode"  # the release's
+WORK = "vnpu-realnode-work"  # the vNPU pods', kept across the tests of the module
+RUNTIME_CLASS = "vnpu-ascend"  # created by the chart, handler `ascend`
+KWOK_NPU_NODE = "realnode-chart-kwok-npu"
+CHIPS = "910B3=2"  # eight vir05_1c_16g vNPUs: the module uses six
+COMPONENT = "app.kubernetes.io/component"
+# CAP_MKNOD (bit 27) alone, as /proc/<pid>/status shows CapEff.
+CAP_MKNOD_ONLY = f"{1 << 27:016x}"
+
+
+@dataclass
+class Release:
+    node: RealNode
+    image: productimage.ProductImage
+    state_dir: Path
+    timings: dict[str, float] = field(default_factory=dict)
+    installed: bool = True
+
+    @property
+    def sim(self) -> SimDriver:
+        """The agent pod's simulated driver, read through its hostPath state."""
+        return SimDriver(self.state_dir / self.node.name / "sim" / "state.json")
+
+
+def component_pods(plane: LocalPlane, component: str) -> list[dict[str, Any]]:
+    pods = plane.get_json("pods", "-n", NAMESPACE, "-l", f"{COMPONENT}={component}")
+    return list(pods["items"])
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return not pod["metadata"].get("deletionTimestamp") and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conditions
+    )
+
+
+def ready_pod(
+    plane: LocalPlane, component: str, *, not_named: str = "", timeout: float = 180
+) -> dict[str, Any]:
+    """The chart's pod of `component` once it is Ready (another than `not_named`)."""
+
+    def find() -> dict[str, Any] | None:
+        for pod in component_pods(plane, component):
+            if pod["metadata"]["name"] != not_named and _ready(pod):
+                return pod
+        return None
+
+    try:
+        found: dict[str, Any] = wait_for(f"{component} pod Ready", find, timeout, interval=0.5)
+    except AssertionError:
+        pods = component_pods(plane, component)
+        logs = {}
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            logs[name] = plane.kubectl("logs", "-n", NAMESPACE, name, check=False).stdout[-3000:]
+        raise AssertionError(
+            f"no Ready {component} pod: {[p.get('status') for p in pods]}\nlogs: {logs}"
+        ) from None
+    return found
+
+
+def node_allocations(plane: LocalPlane, node: str) -> dict[str, tuple[int, str]]:
+    """namespace/name -> (vNPU id, phase) of every allocation on `node`."""
+    items = plane.get_json("vnpuallocations", "-A", "-l", f"{names.LABEL_NODE}={node}")["items"]
+    return {
+        f"{a['metadata']['namespace']}/{a['metadata']['name']}": (
+            a["spec"]["vnpuId"],
+            (a.get("status") or {}).get("phase", ""),
+        )
+        for a in items
+    }
+
+
+def host_devices(node: RealNode) -> set[int]:
+    """The vNPU ids whose device nodes exist on the host (made by the agent pod)."""
+    return {int(p.name.removeprefix("vdavinci")) for p in node.device_dir.glob("vdavinci*")}
+
+
+def assert_books_agree(plane: LocalPlane, release: Release) -> dict[str, tuple[int, str]]:
+    """Allocations, the driver and the host's device nodes name the same vNPUs,
+    each once, all Ready. Returns the allocations."""
+    allocs = node_allocations(plane, release.node.name)
+    ids = [vnpu_id for vnpu_id, _ in allocs.values()]
+    assert len(ids) == len(set(ids)), f"a vNPU booked twice: {allocs}"
+    assert all(phase == names.PHASE_READY for _, phase in allocs.values()), allocs
+    assert set(vnpu_ids(release.sim)) == set(ids), (vnpu_ids(release.sim), allocs)
+    assert host_devices(release.node) == set(ids)
+    return allocs
+
+
+def no_traceback(plane: LocalPlane, pod: str) -> None:
+    logs = plane.kubectl("logs", "-n", NAMESPACE, pod, check=False).stdout
+    assert "Traceback" not in logs, logs[-4000:]
+
+
+def _uninstall(plane: LocalPlane, release: Release) -> None:
+    """The documented order: vNPU pods, then their allocations gone, then helm."""
+    plane.kubectl("delete", "pods", "--all", "-n", WORK, "--wait=false", check=False)
+    wait_for(
+        "allocations on the real node gone",
+        lambda: not node_allocations(plane, release.node.name),
+        120,
+        interval=0.5,
+    )
+    helm(plane, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=180s")
+    release.installed = False
+
+
+@pytest.fixture(scope="module")
+def release(
+    plane: LocalPlane, real_node: RealNode, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Release]:
+    workdir = Path(tmp_path_factory.mktemp("realnode-chart"))
+    t0 = time.monotonic()
+    image = productimage.build(progress=lambda line: print(line))
+    build_s = time.monotonic() - t0
+    t0 = time.monotonic()
+    real_node.import_image(image.archive)
+    release = Release(real_node, image, workdir / "agent-state")
+    release.timings.update(image_build=build_s, image_import=time.monotonic() - t0)
+
+    # The node's device dir outlives a module's agent: an earlier one's leftovers go.
+    for stale in real_node.device_dir.glob("vdavinci*"):
+        stale.unlink()
+    add_davinci_manager(real_node)
+    purge_foreign(plane, [real_node.name])
+    # An NPU node kwok serves: the DaemonSet must leave it alone (its agent would never run).
+    plane.add_nodes([NodeSpec(name=KWOK_NPU_NODE, chips={"910B3": 2})])
+    plane.kubectl("label", "node", real_node.name, f"{names.LABEL_NPU_NODE}=true", "--overwrite")
+    for ns in (NAMESPACE, WORK):
+        if plane.kubectl("get", "namespace", ns, check=False).returncode != 0:
+            plane.kubectl("create", "namespace", ns)
+    # Leftovers of a local operator (not the chart's): the release brings its own.
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, "--ignore-not-found")
+    adopt_crds(plane, NAMESPACE)
+    plane.remove_policies()
+    values = {
+        "image": {"repository": image.repository, "tag": image.tag, "pullPolicy": "Never"},
+        # No kube-proxy: pods reach the API server at the bridge's gateway.
+        "apiServer": {"host": POD_GATEWAY, "port": plane.ports.apiserver},
+        "runtimeClassName": RUNTIME_CLASS,
+        "runtimeClass": {"create": True, "handler": ASCEND_HANDLER},
+        "operator": {"nodeSelector": {REAL_NODE_LABEL: "true"}},
+        "agent": {
+            "driver": "sim",
+            "simChips": CHIPS,
+            "simDeviceDir": str(real_node.device_dir),
+            "nodeSelector": {names.LABEL_NPU_NODE: "true", REAL_NODE_LABEL: "true"},
+            # Host paths of this run only: an earlier run's sim state must not count.
+            "hostPaths": {"state": str(release.state_dir), "cdi": str(workdir / "cdi")},
+        },
+    }
+    values_file = workdir / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    try:
+        t0 = time.monotonic()
+        helm(plane, "install", RELEASE, str(CHART), "-n", NAMESPACE, "-f", str(values_file))
+        ready_pod(plane, "operator")
+        ready_pod(plane, "agent")
+        release.timings["helm_install_to_ready"] = time.monotonic() - t0
+        print(f"[realnode-chart] image {image.ref}, timings {release.timings}")
+        yield release
+    finally:
+        try:
+            if release.installed:
+                _uninstall(plane, release)
+        finally:
+            print(f"[realnode-chart] timings: {release.timings}")
+            plane.install_policies()
+            plane.kubectl("label", "node", real_node.name, f"{names.LABEL_NPU_NODE}-",
+                          check=False)  # fmt: skip
+            plane.kubectl("delete", "node", KWOK_NPU_NODE, "--wait=false", check=False)
+            for ns in (WORK, NAMESPACE):
+                plane.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def start_vnpu_pod(plane: LocalPlane, release: Release, name: str, count: int) -> dict[str, Any]:
+    """A vNPU pod in WORK, once Running; records its create -> Running time."""
+    t0 = time.monotonic()
+    plane.apply(vnpu_busybox_pod(name, WORK, count))
+    try:
+        pod = running(plane, WORK, name, timeout=120)
+    except AssertionError as exc:
+        status = (plane.get_json("pod", name, "-n", WORK) or {}).get("status")
+        events = plane.kubectl("get", "events", "-n", WORK, "--field-selector",
+                               f"involvedObject.name={name}", check=False).stdout  # fmt: skip
+        raise AssertionError(f"{exc}\nstatus: {status}\nevents:\n{events}") from None
+    took = time.monotonic() - t0
+    release.timings[f"vnpu_pod_{name}_to_running"] = took
+    print(f"[realnode-chart] vNPU pod {name} create -> Running: {took:.2f}s")
+    return pod
+
+
+def test_chart_pods_run_the_product_image_on_the_real_node_only(
+    plane: LocalPlane, release: Release
+) -> None:
+    node = release.node.name
+    ds = plane.get_json("daemonset", f"{RELEASE}-agent", "-n", NAMESPACE)
+    # The kwok NPU node matches vnpu.io/npu=true but not the real-node label.
+    assert ds["status"]["desiredNumberScheduled"] == 1
+    assert ds["status"]["numberReady"] == 1
+    assert plane.get_json("node", KWOK_NPU_NODE)["metadata"]["labels"][names.LABEL_NPU_NODE]
+    deploy = plane.get_json("deployment", f"{RELEASE}-operator", "-n", NAMESPACE)
+    assert deploy["status"]["readyReplicas"] == 1
+
+    expected = {"operator": ("10001", "0" * 16), "agent": ("0", CAP_MKNOD_ONLY)}
+    for component, (uid, caps) in expected.items():
+        pod = ready_pod(plane, component)
+        name = pod["metadata"]["name"]
+        assert pod["spec"]["nodeName"] == node, component
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["image"] == release.image.ref, component
+        assert status["restartCount"] == 0, component
+        assert exec_in(plane, NAMESPACE, name, "id", "-u").strip() == uid, component
+        proc = exec_in(plane, NAMESPACE, name, "cat", "/proc/1/status")
+        cap_eff = next(line.split()[1] for line in proc.splitlines() if line.startswith("CapEff"))
+        assert cap_eff == caps, component
+        no_traceback(plane, name)
+        # A read-only root filesystem, as the chart says.
+        out = plane.kubectl("exec", "-n", NAMESPACE, name, "--", "touch", "/opt/probe",
+                            check=False)  # fmt: skip
+        assert out.returncode != 0, component
+        assert "Read-only file system" in out.stderr, component
+
+    # The agent pod wrote its state (hostPath) and published the node's chips.
+    assert (release.state_dir / node / "sim" / "state.json").is_file()
+    vnpunode = wait_for("VNPUNode of the real node", lambda: plane.get_json("vnpunode", node), 30)
+    models = [m for m, n in parse_chips(CHIPS).items() for _ in range(n)]
+    assert [c["model"] for c in vnpunode["status"]["chips"]] == models
+    assert plane.get_json("runtimeclass", RUNTIME_CLASS)["handler"] == ASCEND_HANDLER
+
+
+def test_vnpu_pods_see_exactly_their_devices(plane: LocalPlane, release: Release) -> None:
+    pod = start_vnpu_pod(plane, release, "two", 2)
+    assert pod["spec"]["runtimeClassName"] == RUNTIME_CLASS
+    assert pod["spec"]["nodeName"] == release.node.name
+    ids = check_devices(plane, WORK, pod)
+    assert len(ids) == 2
+    # The agent pod made their device nodes on the host (CAP_MKNOD), the driver holds them.
+    assert host_devices(release.node) == set(ids)
+    assert set(vnpu_ids(release.sim)) == set(ids)
+
+    other = check_devices(plane, WORK, start_vnpu_pod(plane, release, "one", 1))
+    assert len(other) == 1
+    assert not set(other) & set(ids)
+    assert_books_agree(plane, release)
+
+
+def _pods_keep_their_devices(plane: LocalPlane, before: dict[str, list[int]]) -> None:
+    for name, ids in before.items():
+        pod = plane.get_json("pod", name, "-n", WORK)
+        assert pod["status"]["phase"] == "Running", name
+        assert pod["status"]["containerStatuses"][0]["restartCount"] == 0, name
+        assert check_devices(plane, WORK, pod) == ids, name
+
+
+def _replace_pod(plane: LocalPlane, release: Release, component: str) -> dict[str, Any]:
+    """Deletes the chart's pod of `component`; returns its Ready successor."""
+    old = ready_pod(plane, component)["metadata"]["name"]
+    t0 = time.monotonic()
+    plane.kubectl("delete", "pod", "-n", NAMESPACE, old, "--wait=true", timeout=120)
+    release.timings[f"{component}_pod_delete"] = time.monotonic() - t0
+    new = ready_pod(plane, component, not_named=old)
+    release.timings[f"{component}_pod_replaced_ready"] = time.monotonic() - t0
+    print(f"[realnode-chart] {component} pod {old} deleted and replaced: {release.timings}")
+    no_traceback(plane, new["metadata"]["name"])
+    return new
+
+
+def _live(plane: LocalPlane) -> dict[str, list[int]]:
+    pods = plane.get_json("pods", "-n", WORK)["items"]
+    return {p["metadata"]["name"]: allocation_ids(plane, WORK, p) for p in pods}
+
+
+def test_agent_pod_deleted_mid_life_loses_and_leaks_nothing(
+    plane: LocalPlane, release: Release
+) -> None:
+    start_vnpu_pod(plane, release, "before-agent", 1)
+    before = _live(plane)
+    books = assert_books_agree(plane, release)
+    lease = names.lease_name(release.node.name)
+    renewed = plane.get_json("lease", lease, "-n", NAMESPACE)["spec"]["renewTime"]
+
+    _replace_pod(plane, release, "agent")
+
+    # The new agent took over the same vNPUs: same allocations, all Ready, the driver
+    # and the host unchanged, the pods never restarted.
+    assert assert_books_agree(plane, release) == books
+    _pods_keep_their_devices(plane, before)
+    wait_for(
+        "the new agent renews the Lease",
+        lambda: plane.get_json("lease", lease, "-n", NAMESPACE)["spec"]["renewTime"] != renewed,
+        60,
+        interval=1,
+    )
+    used = {i for ids in before.values() for i in ids}
+    (after,) = check_devices(plane, WORK, start_vnpu_pod(plane, release, "after-agent", 1))
+    assert after not in used
+    assert_books_agree(plane, release)
+
+
+def test_operator_pod_deleted_mid_life_loses_and_leaks_nothing(
+    plane: LocalPlane, release: Release
+) -> None:
+    before = _live(plane)
+    assert before, "the earlier tests' vNPU pods are gone"
+    books = assert_books_agree(plane, release)
+
+    _replace_pod(plane, release, "operator")
+
+    assert assert_books_agree(plane, release) == books
+    _pods_keep_their_devices(plane, before)
+    # The new operator's ledger knows every vNPU in use: a new pod gets a free one.
+    used = {i for ids in before.values() for i in ids}
+    (after,) = check_devices(plane, WORK, start_vnpu_pod(plane, release, "after-operator", 1))
+    assert after not in used
+    books = assert_books_agree(plane, release)
+    assert len(books) == len(used) + 1
+
+
+def test_documented_uninstall_order_leaves_no_pod_and_no_vnpu(
+    plane: LocalPlane, release: Release
+) -> None:
+    if not _live(plane):
+        start_vnpu_pod(plane, release, "last", 1)
+    assert node_allocations(plane, release.node.name)
+    t0 = time.monotonic()
+    _uninstall(plane, release)
+    release.timings["documented_uninstall"] = time.monotonic() - t0
+
+    def pods_left() -> list[str]:
+        return [
+            f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+            for ns in (WORK, NAMESPACE)
+            for p in plane.get_json("pods", "-n", ns)["items"]
+        ]
+
+    wait_for("every pod gone (none stuck Terminating)", lambda: not pods_left(), 90, interval=1)
+    assert not node_allocations(plane, release.node.name)
+    assert not vnpu_ids(release.sim)
+    assert not host_devices(release.node)
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        assert plane.get_json(kind, names.WEBHOOK_CONFIG_NAME) is None, kind
+    assert plane.get_json("runtimeclass", RUNTIME_CLASS) is None
+    # Nothing of the release runs in containerd any more (sandboxes included).
+    tasks = release.node.ctr("tasks", "ls").stdout
+    assert "vnpu-operator" not in release.node.ctr("containers", "ls").stdout, tasks
