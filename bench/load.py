@@ -12,6 +12,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,8 @@ class Tracker:
         self.synced.set()
         while True:
             try:
-                resp = await self.core.list_namespaced_pod(
+                # Unread aiohttp response (`_preload_content=False`), not the model.
+                resp: Any = await self.core.list_namespaced_pod(
                     self.namespace, watch=True, resource_version=rv,
                     allow_watch_bookmarks=True, timeout_seconds=240,
                     _preload_content=False, _request_timeout=300,
@@ -278,8 +280,8 @@ class FloorWriter:
         g, v, ns, plural = names.GROUP, names.VERSION, self.namespace, names.ALLOCATION_PLURAL
         allocs = [self._alloc(pod, i) for i in range(pod.count)]
         await asyncio.gather(*(
-            self._guard("create alloc", lambda a=a: call(
-                self.custom.create_namespaced_custom_object, g, v, ns, plural, a))
+            self._guard("create alloc", partial(
+                call, self.custom.create_namespaced_custom_object, g, v, ns, plural, a))
             for a in allocs
         ))  # fmt: skip
         patch_status = self.custom.patch_namespaced_custom_object_status
@@ -289,8 +291,8 @@ class FloorWriter:
                             "message": "vNPU created", "lastTransitionTime": _now()}],
         }}]  # fmt: skip
         await asyncio.gather(*(
-            self._guard("patch alloc status", lambda a=a: call(
-                patch_status, g, v, ns, plural, a["metadata"]["name"], status,
+            self._guard("patch alloc status", partial(
+                call, patch_status, g, v, ns, plural, a["metadata"]["name"], status,
                 _content_type=JSON_PATCH))
             for a in allocs
         ))  # fmt: skip
@@ -318,15 +320,15 @@ class FloorWriter:
         g, v, ns, plural = names.GROUP, names.VERSION, self.namespace, names.ALLOCATION_PLURAL
         allocs = [f"{pod.name}-{i}" for i in range(pod.count)]
         await asyncio.gather(*(
-            self._guard("delete alloc", lambda a=a: call(
-                self.custom.delete_namespaced_custom_object, g, v, ns, plural, a))
+            self._guard("delete alloc", partial(
+                call, self.custom.delete_namespaced_custom_object, g, v, ns, plural, a))
             for a in allocs
         ))  # fmt: skip
         patch = self.custom.patch_namespaced_custom_object
         unfin = [{"op": "remove", "path": "/metadata/finalizers"}]
         await asyncio.gather(*(
-            self._guard("patch alloc finalizer", lambda a=a: call(
-                patch, g, v, ns, plural, a, unfin, _content_type=JSON_PATCH))
+            self._guard("patch alloc finalizer", partial(
+                call, patch, g, v, ns, plural, a, unfin, _content_type=JSON_PATCH))
             for a in allocs
         ))  # fmt: skip
         await self._guard(

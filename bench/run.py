@@ -28,6 +28,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from kubernetes_asyncio import client
+
 from bench import floors, load, report
 from bench.cluster import Cluster, ProcStats, proc_stats, stats
 from bench.rates import Search
@@ -82,7 +84,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     plane = cluster.plane
     kube = plane.kubeconfig
     api = await load.api_client(kube, load.BENCH_UA, args.concurrency)
-    core = load.client.CoreV1Api(api)
+    core = client.CoreV1Api(api)
     limit = asyncio.Semaphore(args.concurrency)
     tracker = load.Tracker(core, "bench", names.SCHEDULING_GATE)
     tracker.start()
