@@ -311,8 +311,10 @@ def print_floors(r: dict[str, Any], row: Any) -> None:
         for key, label in (("scheduled", "created -> scheduled"), ("running", "created -> Running"),
                            ("gone", "deleted -> gone")):  # fmt: skip
             o, b = churn.get(key) or {}, base[key]
-            row(f"{label} p50 / p99 ours", f"{fmt(o.get('p50'))} / {fmt(o.get('p99'))}")
-            row("  baseline", f"{fmt(b.get('p50'))} / {fmt(b.get('p99'))}")
+            # n: pods that got there (one deleted first is not in the percentiles).
+            row(f"{label} p50 / p99 ours",
+                f"{fmt(o.get('p50'))} / {fmt(o.get('p99'))}  (n {o.get('n')})")  # fmt: skip
+            row("  baseline", f"{fmt(b.get('p50'))} / {fmt(b.get('p99'))}  (n {b.get('n')})")
             row("  ours - baseline", f"{fmt(diff[key]['p50'])} / {fmt(diff[key]['p99'])}")
         oc, bc = churn.get("cpu_ms_per_pod") or {}, base["cpu_ms_per_pod"]
         row("CPU ms per pod by process", "ours / baseline / ours - baseline")
