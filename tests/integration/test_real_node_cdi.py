@@ -9,7 +9,8 @@ CDI spec directory with host paths in that device dir
 (--cdi-host-device-dir). Nothing of the operator runs: allocations are made
 by hand, as the operator would.
 
-Needs root; without it the fixture fails with RealNodeError saying so.
+The node is conftest's module-scoped `real_node`. Needs root; without it the
+fixture fails with RealNodeError saying so.
 `make test-realnode` runs these (marker `realnode`).
 """
 
@@ -43,14 +44,6 @@ pytestmark = [pytest.mark.plane, pytest.mark.realnode]
 # (/dev/zero, /dev/full, /dev/urandom) with numbers of their own, so that a
 # container seeing the right numbers saw the right node.
 CONTROL_DEVICES = {"davinci_manager": (1, 5), "devmm_svm": (1, 7), "hisi_hdc": (1, 9)}
-
-
-@pytest.fixture(scope="module")
-def real_node(plane: LocalPlane) -> Iterator[RealNode]:
-    node = RealNode(plane)
-    node.start(progress=lambda msg: print(f"[realnode] {msg}"))
-    yield node
-    node.stop()
 
 
 @pytest.fixture(scope="module")
