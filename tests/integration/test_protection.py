@@ -524,6 +524,19 @@ def test_no_pod_names_vnpu_devices_but_through_the_operator(
             assert ONLY_OPERATOR in out, out
     rc, out = debug(pod_of(plane, ns, "reader"), [{"name": "HARMLESS", "value": "1"}])
     assert rc == 0, out
+    # A pod an exempt admin made with a literal value (say, to try a runtime by hand)
+    # still gets its status written (a kubelet is no admin) and its debug containers.
+    admin = User(plane, plane.kubeconfig, ns)
+    create_as(admin, with_env(vnpu_pod("by-hand", ns, template=None), 0, literal))
+    tenant.ok(
+        *tenant.patch(
+            "by-hand", "merge", {"status": {"conditions": [
+                {"type": "example.com/Checked", "status": "True"}]}},
+            "--subresource=status",
+        )
+    )  # fmt: skip
+    rc, out = debug(pod_of(plane, ns, "by-hand"), [{"name": "HARMLESS", "value": "1"}])
+    assert rc == 0, out
     after = pod_of(plane, ns, "reader")
     assert [c["name"] for c in after["spec"]["ephemeralContainers"]] == ["debugger"]
     assert visible(after) is None

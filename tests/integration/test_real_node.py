@@ -396,13 +396,6 @@ def test_delete_destroys_the_vnpu_before_the_pod_object_goes(
     assert pod_gone >= 1.5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect found on the real node: the operator deletes a terminating pod's "
-    "allocations at once, so the agent destroys the vNPU while the kubelet's grace period "
-    "still runs the container (only a driver's in-use refusal holds it, and a vNPU the "
-    "container never opened reads not in use)",
-)
 def test_the_vnpu_outlives_the_containers_grace_period(
     plane: LocalPlane, vnpu_stack: RealNode, namespace: str
 ) -> None:
