@@ -55,8 +55,9 @@ typecheck: $(STAMP) ## mypy (strict)
 	$(VENV)/bin/mypy
 
 .PHONY: test
-test: $(STAMP) plane lint typecheck ## everything CI runs (bench-quick last: correctness only)
+test: $(STAMP) plane lint typecheck ## everything CI runs (root: the real-node lane; bench-quick last: correctness only)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-realnode
 	$(MAKE) --no-print-directory bench-quick
 
 .PHONY: test-unit
@@ -64,8 +65,8 @@ test-unit: $(STAMP) ## unit tests only (no control plane)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: test-realnode
-test-realnode: $(STAMP) plane node-tools ## the real-node tests (root; a kubelet + containerd node on the local plane)
-	$(PY) -m pytest -m realnode tests/integration/test_real_node.py $(PYTEST_ARGS)
+test-realnode: $(STAMP) plane node-tools image ## the real-node lane alone (root; a kubelet + containerd node on the local plane)
+	$(PY) -m pytest -m realnode tests/integration $(PYTEST_ARGS)
 
 .PHONY: demo
 demo: $(STAMP) plane ## the whole story on a local plane
