@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -157,6 +158,14 @@ class RealNode:
         agent's --sim-device-dir): /dev on an Ascend host, here a directory
         of our own so that tests never touch /dev."""
         return self.workdir / "dev"
+
+    def add_davinci_manager(self) -> None:
+        """The control device an Ascend host has and the runtime adds to every
+        vNPU container: a null device (1:3) here."""
+        manager = self.device_dir / "davinci_manager"
+        self.device_dir.mkdir(parents=True, exist_ok=True)
+        manager.unlink(missing_ok=True)
+        os.mknod(manager, stat.S_IFCHR | 0o666, os.makedev(1, 3))
 
     @property
     def cdi_dir(self) -> Path:

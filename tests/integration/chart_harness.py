@@ -4,30 +4,19 @@ and renders the project's chart with it."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 from localplane import LocalPlane
-from vnpu_common import names
+from localplane.chart import CHART, RELEASE
+from localplane.chart import adopt_crds as _adopt_crds
+from localplane.chart import helm as _helm
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "vnpu-operator"
-RELEASE = "vnpu-operator"
+__all__ = ["CHART", "RELEASE", "adopt_crds", "helm", "template"]
+
 KUBE_VERSION = "1.34.0"
-CRDS = (f"{names.ALLOCATION_PLURAL}.{names.GROUP}", f"{names.NODE_PLURAL}.{names.GROUP}")
 
 
 def helm(plane: LocalPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [plane.binary("helm"), *args],
-        capture_output=True,
-        text=True,
-        env={
-            **plane.env(),
-            "HELM_CACHE_HOME": str(plane.workdir / "helm-cache"),
-            "HELM_CONFIG_HOME": str(plane.workdir / "helm-config"),
-            "HELM_DATA_HOME": str(plane.workdir / "helm-data"),
-        },
-        timeout=300,
-    )
+    proc = _helm(plane, *args)
     if check:
         assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stderr}"
     return proc
@@ -45,16 +34,5 @@ def template(
 
 
 def adopt_crds(plane: LocalPlane, namespace: str) -> None:
-    """Hands CRDs applied with kubectl (the session plane), or kept by an
-    earlier release's uninstall, over to release RELEASE in `namespace`: the
-    adoption docs/HELM.md documents."""
-    for crd in CRDS:
-        plane.kubectl("label", "crd", crd, "app.kubernetes.io/managed-by=Helm", "--overwrite")
-        plane.kubectl(
-            "annotate",
-            "crd",
-            crd,
-            f"meta.helm.sh/release-name={RELEASE}",
-            f"meta.helm.sh/release-namespace={namespace}",
-            "--overwrite",
-        )
+    """Hands the plane's CRDs over to release RELEASE in `namespace`."""
+    _adopt_crds(plane, namespace, RELEASE)

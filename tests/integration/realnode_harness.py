@@ -4,7 +4,6 @@ busybox pods that ask for vNPUs, and what their containers see."""
 from __future__ import annotations
 
 import os
-import stat
 import time
 from typing import Any
 
@@ -12,7 +11,6 @@ from localplane.plane import LocalPlane
 from localplane.pods import vnpu_pod
 from localplane.realnode import TEST_IMAGE, RealNode, RealNodeError
 from localplane.waiting import wait_for
-from vnpu_agent.drivers.sim import NULL_DEVICE
 from vnpu_common import names
 
 # How long a test run waits for another run's real node (one per machine) to stop
@@ -101,11 +99,3 @@ def check_devices(plane: LocalPlane, namespace: str, pod: dict[str, Any]) -> lis
     assert f"env={shown}" in init_log.splitlines()
     assert davinci(init_log) == wanted
     return ids
-
-
-def add_davinci_manager(node: RealNode) -> None:
-    """The control device an Ascend host has and the runtime adds to every vNPU
-    container (a null device here)."""
-    manager = node.device_dir / "davinci_manager"
-    manager.unlink(missing_ok=True)
-    os.mknod(manager, stat.S_IFCHR | 0o666, os.makedev(*NULL_DEVICE))

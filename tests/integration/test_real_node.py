@@ -3,8 +3,8 @@ registers Ready, runs a plain container from a locally imported image, serves
 logs and exec through the API server, resolves Downward-API env, lets its pods
 reach the API server at the bridge gateway, and terminates pods gracefully.
 
-Needs root; without it the fixture fails with RealNodeError saying so. Not
-part of `make test` yet: `make test-realnode` runs these (marker `realnode`).
+Needs root; without it the fixture fails with RealNodeError saying so. Marker
+`realnode`: `make test-realnode` (part of `make test`) runs these.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 from operator_harness import purge_foreign, vnpu_pods
 from realnode_harness import (
-    add_davinci_manager,
     check_devices,
     exec_in,
     running,
@@ -288,7 +287,7 @@ def vnpu_stack(
         "annotate", "node", real_node.name, f"{names.ANN_SIM_CHIPS}=910B3=1", "--overwrite"
     )
     # A control device the real runtime adds when the host has it.
-    add_davinci_manager(real_node)
+    real_node.add_davinci_manager()
     purge_foreign(plane, [real_node.name])
     agent = AgentProcess(
         plane, workdir / "agent", [real_node.name],

@@ -26,7 +26,6 @@ import yaml
 from chart_harness import CHART, RELEASE, adopt_crds, helm
 from operator_harness import purge_foreign
 from realnode_harness import (
-    add_davinci_manager,
     allocation_ids,
     check_devices,
     exec_in,
@@ -35,10 +34,11 @@ from realnode_harness import (
 )
 
 from localplane import productimage
+from localplane.chart import real_node_values
 from localplane.components import vnpu_ids
 from localplane.nodes import NodeSpec, parse_chips
 from localplane.plane import LocalPlane
-from localplane.realnode import ASCEND_HANDLER, POD_GATEWAY, REAL_NODE_LABEL, RealNode
+from localplane.realnode import ASCEND_HANDLER, RealNode
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_common import names
@@ -169,7 +169,7 @@ def release(
     # The node's device dir outlives a module's agent: an earlier one's leftovers go.
     for stale in real_node.device_dir.glob("vdavinci*"):
         stale.unlink()
-    add_davinci_manager(real_node)
+    real_node.add_davinci_manager()
     purge_foreign(plane, [real_node.name])
     # An NPU node kwok serves: the DaemonSet must leave it alone (its agent would never run).
     plane.add_nodes([NodeSpec(name=KWOK_NPU_NODE, chips={"910B3": 2})])
@@ -182,22 +182,10 @@ def release(
         plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, "--ignore-not-found")
     adopt_crds(plane, NAMESPACE)
     plane.remove_policies()
-    values = {
-        "image": {"repository": image.repository, "tag": image.tag, "pullPolicy": "Never"},
-        # No kube-proxy: pods reach the API server at the bridge's gateway.
-        "apiServer": {"host": POD_GATEWAY, "port": plane.ports.apiserver},
-        "runtimeClassName": RUNTIME_CLASS,
-        "runtimeClass": {"create": True, "handler": ASCEND_HANDLER},
-        "operator": {"nodeSelector": {REAL_NODE_LABEL: "true"}},
-        "agent": {
-            "driver": "sim",
-            "simChips": CHIPS,
-            "simDeviceDir": str(real_node.device_dir),
-            "nodeSelector": {names.LABEL_NPU_NODE: "true", REAL_NODE_LABEL: "true"},
-            # Host paths of this run only: an earlier run's sim state must not count.
-            "hostPaths": {"state": str(release.state_dir), "cdi": str(workdir / "cdi")},
-        },
-    }
+    values = real_node_values(
+        plane, real_node, image, runtime_class=RUNTIME_CLASS, chips=CHIPS,
+        state_dir=release.state_dir, cdi_dir=workdir / "cdi",
+    )  # fmt: skip
     values_file = workdir / "values.yaml"
     values_file.write_text(yaml.safe_dump(values))
     try:
