@@ -60,6 +60,23 @@ class PlaneError(RuntimeError):
     """The control plane could not be built, started or reached."""
 
 
+def run_build_script(
+    script: Path,
+    error: type[PlaneError],
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> Path:
+    """Runs one of our cached build scripts (they log to stderr and print what
+    they built on their last stdout line); that path, or `error` with the
+    script's last words."""
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    for line in out.stderr.splitlines():
+        progress(line)
+    if out.returncode != 0:
+        name = script.relative_to(REPO_ROOT) if script.is_relative_to(REPO_ROOT) else script
+        raise error(f"{name} failed:\n{out.stderr[-3000:]}")
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
 def bin_dir() -> Path:
     """Where build.sh puts (or would put) the binaries."""
     out = subprocess.run(

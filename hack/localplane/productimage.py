@@ -5,13 +5,12 @@ archive that `RealNode.import_image` loads into the node's containerd."""
 from __future__ import annotations
 
 import json
-import subprocess
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from localplane.plane import REPO_ROOT, PlaneError
+from localplane.plane import REPO_ROOT, PlaneError, run_build_script
 
 IMAGE_BUILD_SCRIPT = REPO_ROOT / "hack" / "image" / "build.sh"
 NAME_ANNOTATION = "io.containerd.image.name"
@@ -56,12 +55,5 @@ def image_ref(archive: Path) -> str:
 
 def build(progress: Callable[[str], None] = lambda _msg: None) -> ProductImage:
     """Builds the image (or reuses the cached archive); needs root to build."""
-    out = subprocess.run(
-        ["bash", str(IMAGE_BUILD_SCRIPT)], capture_output=True, text=True, check=False
-    )
-    for line in out.stderr.splitlines():
-        progress(line)
-    if out.returncode != 0:
-        raise ProductImageError(f"hack/image/build.sh failed:\n{out.stderr[-3000:]}")
-    archive = Path(out.stdout.strip().splitlines()[-1])
+    archive = run_build_script(IMAGE_BUILD_SCRIPT, ProductImageError, progress)
     return ProductImage(archive, image_ref(archive))

@@ -34,7 +34,7 @@ from typing import IO, Any
 import yaml
 
 from localplane import ociimage
-from localplane.plane import REPO_ROOT, LocalPlane, PlaneError
+from localplane.plane import REPO_ROOT, LocalPlane, PlaneError, run_build_script
 from localplane.waiting import wait_for
 from vnpu_common import certs
 
@@ -78,14 +78,7 @@ class RealNodeError(PlaneError):
 
 def node_tools(progress: Callable[[str], None] = lambda _msg: None) -> Path:
     """Builds (or reuses) the node tools; the directory that holds them."""
-    out = subprocess.run(
-        ["bash", str(NODE_BUILD_SCRIPT)], capture_output=True, text=True, check=False
-    )
-    for line in out.stderr.splitlines():
-        progress(line)
-    if out.returncode != 0:
-        raise RealNodeError(f"hack/node/build.sh failed:\n{out.stderr[-3000:]}")
-    return Path(out.stdout.strip().splitlines()[-1])
+    return run_build_script(NODE_BUILD_SCRIPT, RealNodeError, progress)
 
 
 def primary_ip() -> str:
