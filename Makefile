@@ -1,6 +1,7 @@
 # vnpu-operator: every command a developer or CI needs.
 #   make demo   local control plane + simulated NPUs + operator/agents + sample pods
-#   make test   lint, type checks, unit, integration and end-to-end tests
+#   make test   lint, type checks, unit, integration, end-to-end and real-node tests
+#   make demo-node  the story on a real kubelet + containerd node (root)
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -71,6 +72,10 @@ test-realnode: $(STAMP) plane node-tools image ## the real-node lane alone (root
 .PHONY: demo
 demo: $(STAMP) plane ## the whole story on a local plane
 	PYTHONPATH=common:operator:node_agent:hack $(PY) e2e/demo.py
+
+.PHONY: demo-node
+demo-node: $(STAMP) plane node-tools image ## the story on a real node (root): chart, product image, kubectl exec into containers with vNPUs
+	PYTHONPATH=common:operator:node_agent:hack $(PY) e2e/demo_node.py
 
 .PHONY: bench
 bench: $(STAMP) plane ## scale benchmark: 200 nodes, 2000 pods at 20/s (bench/results.json)
