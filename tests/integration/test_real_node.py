@@ -357,6 +357,32 @@ def test_vnpu_pods_see_exactly_their_devices_and_keep_them_across_a_restart(
     assert check_devices(plane, namespace, again) == ids
 
 
+def test_a_vnpu_its_container_never_touches_is_kept(
+    plane: LocalPlane, vnpu_stack: RealNode, namespace: str
+) -> None:
+    """The seed scenario with a real container: the container sleeps and never
+    opens its device, so the driver reads the vNPU as not in use, and an
+    idle-guessing cleanup would take it. The agent here collects undeclared idle
+    vNPUs after 2 s (--gc-grace-seconds, 120 in production) and resyncs every
+    0.5 s (30): 12 s idle are six grace periods and two dozen resyncs, the
+    compressed form of minutes in production."""
+    node = vnpu_stack
+    plane.apply(vnpu_busybox_pod("idle", namespace, 1))
+    pod = running(plane, namespace, "idle")
+    ids = check_devices(plane, namespace, pod)
+    device = node.device_dir / f"vdavinci{ids[0]}"
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:
+        assert device.exists(), "the idle pod's vNPU was destroyed"
+        time.sleep(0.5)
+    after = plane.get_json("pod", "idle", "-n", namespace)
+    assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert check_devices(plane, namespace, after) == ids
+    allocs = plane.get_json("vnpuallocations", "-n", namespace,
+                            "-l", f"{names.LABEL_POD_UID}={pod['metadata']['uid']}")  # fmt: skip
+    assert [a["status"]["phase"] for a in allocs["items"]] == [names.PHASE_READY]
+
+
 def _delete_and_watch(
     plane: LocalPlane, node: RealNode, namespace: str, name: str
 ) -> tuple[float, float, bool]:
