@@ -81,6 +81,10 @@ demo-node: $(STAMP) plane node-tools image ## the story on a real node (root): c
 bench: $(STAMP) plane ## scale benchmark: 200 nodes, 2000 pods at 20/s (bench/results.json)
 	$(PY) -m bench --nodes 200 --pods 2000 --rate 20 --out bench/results.json
 
+.PHONY: bench-rate
+bench-rate: $(STAMP) plane ## floors and the sustainable rate (p99 ungated <= 1 s), ours vs plain pods, 20 nodes (minutes)
+	$(PY) -m bench --nodes 20 --pods 600 --rate 20 --rate-search --out bench/results-20n-floors.json
+
 .PHONY: bench-quick
 bench-quick: $(STAMP) plane ## small benchmark (20 nodes, 200 pods); fails on a correctness counter
 	$(PY) -m bench --quick
