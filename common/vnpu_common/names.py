@@ -60,6 +60,11 @@ ALLOCATION_FINALIZER: Final = f"{GROUP}/vnpu-destroy"
 # Condition types.
 COND_READY: Final = "Ready"
 COND_HEALTHY: Final = "Healthy"
+# VNPUNode condition, by the agent: False while the driver reports a chip unhealthy
+# (reasons REASON_CHIP_UNHEALTHY / REASON_CHIP_HEALTHY, as on allocations).
+COND_CHIPS_HEALTHY: Final = "ChipsHealthy"
+# VNPUNode spec.cordonedChips[].reason: one line for `kubectl get -o wide`.
+CORDON_REASON_MAX_LEN: Final = 256
 # Pod condition the operator sets while a pod waits for capacity.
 POD_COND_ALLOCATED: Final = f"{GROUP}/Allocated"
 

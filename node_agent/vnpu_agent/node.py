@@ -127,6 +127,8 @@ class NodeAgent:
         self._node_conditions: list[Condition] = []
         self.driver_ok = False
         self._health_seen: dict[int, bool] = {}
+        # Chip health as the VNPUNode's condition and Events last told it.
+        self._node_health_told: dict[int, bool] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- wiring ------------------------------------------------------------
@@ -539,6 +541,8 @@ class NodeAgent:
         if self.driver_ok:
             with contextlib.suppress(DriverError):
                 self.chips = await self._drv("list_chips", self.driver.list_chips)
+        if self.driver_ok:
+            await self._tell_chip_health()
         status = build_status(
             driver=self.driver.name,
             chips=self.chips,
@@ -563,6 +567,43 @@ class NodeAgent:
             # The answer is the newest state we know of, unless the watch said
             # something meanwhile: that may be newer (a deletion right after).
             self._observed, self._observed_known = obj, True
+
+    async def _tell_chip_health(self) -> None:
+        """The VNPUNode's ChipsHealthy condition, and an Event on the VNPUNode
+        when a chip turns unhealthy or healthy again. The operator places
+        nothing new on an unhealthy chip; vNPUs there stay (their allocations
+        carry a Healthy condition of their own). Only transitions write."""
+        sick = [c.index for c in sorted(self.chips, key=lambda c: c.index) if not c.healthy]
+        self._node_conditions = set_condition(
+            self._node_conditions,
+            names.COND_CHIPS_HEALTHY,
+            "False" if sick else "True",
+            names.REASON_CHIP_UNHEALTHY if sick else names.REASON_CHIP_HEALTHY,
+            f"unhealthy chips: {', '.join(map(str, sick))}; no new vNPU is placed there"
+            if sick
+            else "every chip reports healthy",
+        )
+        health = {c.index: c.healthy for c in self.chips}
+        observed_meta = (self._observed or {}).get("metadata") or {}
+        involved = {
+            "apiVersion": names.API_VERSION,
+            "kind": names.NODE_KIND,
+            "metadata": {"name": self.node, "uid": observed_meta.get("uid")},
+        }
+        for index, healthy in sorted(health.items()):
+            if self._node_health_told.get(index, True) == healthy:
+                continue
+            await self.api.event(
+                involved,
+                type_="Normal" if healthy else "Warning",
+                reason=names.REASON_CHIP_HEALTHY if healthy else names.REASON_CHIP_UNHEALTHY,
+                message=f"chip {index} of {self.node} is healthy again: it takes new vNPUs"
+                if healthy
+                else f"chip {index} of {self.node} is unhealthy: no new vNPU is placed on it; "
+                "its vNPUs stay until their pods end",
+                node=self.node,
+            )
+        self._node_health_told = health
 
     # -- own VNPUNode ------------------------------------------------------
 

@@ -103,8 +103,18 @@ class _StateCollector(Collector):
             "vNPUs booked on a chip, and its limit.",
             labels=["node", "chip", "model", "kind"],
         )
+        unavailable = GaugeMetricFamily(
+            "vnpu_operator_chip_unavailable",
+            "1 for a chip that takes no new vNPU: cordoned by an admin or unhealthy by its "
+            "driver (reason cordoned or unhealthy; a chip may have both series).",
+            labels=["node", "chip", "model", "reason"],
+        )
         for chip in self._view.capacity():
             labels = [chip.node, str(chip.chip), chip.model]
+            if chip.cordoned is not None:
+                unavailable.add_metric([*labels, "cordoned"], 1)
+            if chip.health != "Healthy":
+                unavailable.add_metric([*labels, "unhealthy"], 1)
             for resource in ("aicore", "memory_mb", "aicpu"):
                 for kind, res in (("total", chip.total), ("used", chip.used), ("free", chip.free)):
                     capacity.add_metric([*labels, resource, kind], getattr(res, resource))
@@ -122,4 +132,4 @@ class _StateCollector(Collector):
         )
         for node, is_live in sorted(self._view.live_nodes().items()):
             live.add_metric([node], 1 if is_live else 0)
-        yield from (allocs, capacity, vnpus, waiting, live)
+        yield from (allocs, capacity, vnpus, unavailable, waiting, live)

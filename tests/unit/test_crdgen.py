@@ -73,4 +73,10 @@ def test_node_crd_contract() -> None:
     assert crd["spec"]["names"]["shortNames"] == [names.NODE_SHORT]
     version = crd["spec"]["versions"][0]
     cols = [c["name"].upper() for c in version["additionalPrinterColumns"] if "priority" not in c]
-    assert cols == ["CHIPS", "VNPUS", "FREE-AICORE", "READY", "AGE"]
+    assert cols == ["CHIPS", "VNPUS", "FREE-AICORE", "READY", "CORDONED", "UNHEALTHY", "AGE"]
+    # Only admins write the spec; the agent creates VNPUNodes without one.
+    root = version["schema"]["openAPIV3Schema"]
+    assert "spec" not in root.get("required", [])
+    cordoned = root["properties"]["spec"]["properties"]["cordonedChips"]
+    assert cordoned["x-kubernetes-list-map-keys"] == ["chip"]
+    assert cordoned["items"]["required"] == ["chip", "reason"]

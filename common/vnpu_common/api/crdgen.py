@@ -19,7 +19,12 @@ import yaml
 from pydantic import BaseModel
 
 from vnpu_common import names
-from vnpu_common.api.models import VNPUAllocationSpec, VNPUAllocationStatus, VNPUNodeStatus
+from vnpu_common.api.models import (
+    VNPUAllocationSpec,
+    VNPUAllocationStatus,
+    VNPUNodeSpec,
+    VNPUNodeStatus,
+)
 
 _DROP_KEYS = {"title", "default"}
 
@@ -71,7 +76,9 @@ def _convert(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
-def _object_root(spec: dict[str, Any] | None, status: dict[str, Any]) -> dict[str, Any]:
+def _object_root(
+    spec: dict[str, Any] | None, status: dict[str, Any], *, spec_required: bool = True
+) -> dict[str, Any]:
     props: dict[str, Any] = {
         "apiVersion": {"type": "string"},
         "kind": {"type": "string"},
@@ -80,7 +87,8 @@ def _object_root(spec: dict[str, Any] | None, status: dict[str, Any]) -> dict[st
     root: dict[str, Any] = {"type": "object", "properties": props}
     if spec is not None:
         props["spec"] = spec
-        root["required"] = ["spec"]
+        if spec_required:
+            root["required"] = ["spec"]
     props["status"] = status
     return root
 
@@ -160,7 +168,10 @@ def node_crd() -> dict[str, Any]:
         singular=names.NODE_SINGULAR,
         short=names.NODE_SHORT,
         scope="Cluster",
-        schema=_object_root(None, structural(VNPUNodeStatus)),
+        # The agent creates VNPUNodes without a spec: only admins write it.
+        schema=_object_root(
+            structural(VNPUNodeSpec), structural(VNPUNodeStatus), spec_required=False
+        ),
         description="Inventory of one node's NPU chips as its agent sees them; "
         "written by the agent only when it changes.",
         columns=[
@@ -168,6 +179,8 @@ def node_crd() -> dict[str, Any]:
             _col("VNPUs", "integer", ".status.vnpuCount"),
             _col("Free-AICore", "integer", ".status.freeAICore"),
             _col("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
+            _col("Cordoned", "string", ".spec.cordonedChips[*].chip"),
+            _col("Unhealthy", "string", '.status.chips[?(@.health=="Unhealthy")].index'),
             _col("Age", "date", ".metadata.creationTimestamp"),
             _col("Driver", "string", ".status.driver", priority=1),
         ],

@@ -237,8 +237,29 @@ class VNPUNodeStatus(ApiModel):
     )
 
 
+class CordonedChip(ApiModel):
+    """A chip out of service: no new vNPU goes there; those on it stay."""
+
+    chip: int = Field(ge=0, le=1023, description="Chip index on the node (as in status.chips).")
+    reason: str = Field(
+        min_length=1, max_length=names.CORDON_REASON_MAX_LEN, description="Why, for other admins."
+    )
+
+
+class VNPUNodeSpec(ApiModel):
+    """What admins declare about a node; the agent writes only the status."""
+
+    cordoned_chips: list[CordonedChip] = Field(
+        default_factory=list,
+        max_length=1024,
+        description="Chips out of service for new vNPUs (kubectl patch; see README).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["chip"]},
+    )
+
+
 class VNPUNode(ApiModel):
     api_version: str = names.API_VERSION
     kind: str = names.NODE_KIND
     metadata: ObjectMeta
+    spec: VNPUNodeSpec = Field(default_factory=VNPUNodeSpec)
     status: VNPUNodeStatus = Field(default_factory=VNPUNodeStatus)

@@ -34,6 +34,9 @@ def template_resources(chip: ChipStatus, template: str, catalog: Catalog) -> Res
 @dataclass
 class ChipState:
     chip: ChipStatus
+    # The admin's reason when the chip is cordoned: nothing new goes there,
+    # what is there stays booked.
+    cordoned: str | None = None
     used: Resources = field(default_factory=Resources)
     allocated: int = 0
     orphans: int = 0
@@ -96,7 +99,10 @@ def build_node_state(
     list although their agent destroyed them (it removes an allocation's
     finalizer only after the destroy, and publishes inventories seconds
     apart): they hold neither capacity nor their id."""
-    chips = {chip.index: ChipState(chip) for chip in inventory.status.chips}
+    chips = {
+        chip.index: ChipState(chip, cordoned=inventory.cordoned.get(chip.index))
+        for chip in inventory.status.chips
+    }
     used_ids: set[int] = set()
     covered: set[tuple[int, int, str]] = set()
     for alloc in allocations:
@@ -133,6 +139,8 @@ def chip_obstacle(
     chip = state.chip
     if chip_model is not None and chip.model != chip_model:
         return Reason.CHIP_MODEL
+    if state.cordoned is not None:
+        return Reason.CORDONED
     if chip.health != HEALTHY:
         return Reason.UNHEALTHY
     offered = next((t for t in chip.templates if t.name == template), None)
@@ -167,6 +175,7 @@ class ChipCapacity:
     chip: int
     model: str
     health: str
+    cordoned: str | None
     total: Resources
     used: Resources
     free: Resources
@@ -181,6 +190,7 @@ class ChipCapacity:
             chip=state.chip.index,
             model=state.chip.model,
             health=state.chip.health,
+            cordoned=state.cordoned,
             total=state.total,
             used=state.used,
             free=state.free,

@@ -17,6 +17,7 @@ from vnpu_common.api.models import (
     TemplateResources,
     VNPUAllocation,
     VNPUAllocationSpec,
+    VNPUNodeSpec,
     VNPUNodeStatus,
 )
 from vnpu_operator.placement.errors import InvalidAllocationError, InvalidInventoryError
@@ -70,13 +71,15 @@ class Resources:
 @dataclass(frozen=True)
 class NodeInventory:
     """Everything placement knows about one node: Node labels and taints,
-    liveness (agent Lease valid and Node present) and the VNPUNode status."""
+    liveness (agent Lease valid and Node present), the VNPUNode status and
+    the chips an admin cordoned (index -> reason, from the VNPUNode spec)."""
 
     name: str
     status: VNPUNodeStatus
     live: bool = True
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, Any], ...] = ()
+    cordoned: Mapping[int, str] = field(default_factory=dict)
     compiled_taints: tuple[Taint, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -107,6 +110,7 @@ class NodeInventory:
         try:
             meta = vnpu_node.get("metadata") or {}
             status = VNPUNodeStatus.model_validate(vnpu_node.get("status") or {})
+            spec = VNPUNodeSpec.model_validate(vnpu_node.get("spec") or {})
             node_meta = (node or {}).get("metadata") or {}
             node_spec = (node or {}).get("spec") or {}
             return cls(
@@ -115,6 +119,7 @@ class NodeInventory:
                 live=lease_valid and node is not None,
                 labels=node_meta.get("labels") or {},
                 taints=tuple(node_spec.get("taints") or ()),
+                cordoned={c.chip: c.reason for c in spec.cordoned_chips},
             )
         except (ValidationError, AttributeError, TypeError) as err:
             raise InvalidInventoryError(f"unreadable VNPUNode/Node: {err}") from err

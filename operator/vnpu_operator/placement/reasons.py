@@ -24,6 +24,7 @@ class Reason(StrEnum):
     TAINT = "taint"
     NO_CHIPS = "no-chips"
     CHIP_MODEL = "chip-model"
+    CORDONED = "cordoned"
     UNHEALTHY = "unhealthy"
     TEMPLATE_NOT_OFFERED = "template-not-offered"
     INSUFFICIENT_AICORE = "insufficient-aicore"
@@ -51,6 +52,7 @@ _LABELS = {
     Reason.TAINT: "taint not tolerated",
     Reason.NO_CHIPS: "no NPU chips",
     Reason.CHIP_MODEL: "chip model mismatch",
+    Reason.CORDONED: "chip cordoned",
     Reason.UNHEALTHY: "chip unhealthy",
     Reason.TEMPLATE_NOT_OFFERED: "template not offered",
     Reason.INSUFFICIENT_AICORE: "insufficient AICore",

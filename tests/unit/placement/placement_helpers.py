@@ -102,8 +102,10 @@ def node(
     live: bool = True,
     labels: Mapping[str, str] | None = None,
     taints: Sequence[Mapping[str, Any]] = (),
+    cordoned: Mapping[int, str] | None = None,
 ) -> NodeInventory:
-    """`chips` is either a model name (n_chips fresh chips of it) or a list."""
+    """`chips` is either a model name (n_chips fresh chips of it) or a list;
+    `cordoned`: chip index -> the admin's reason."""
     built = [chip(chips, i) for i in range(n_chips)] if isinstance(chips, str) else list(chips)
     return NodeInventory(
         name=name,
@@ -111,6 +113,7 @@ def node(
         live=live,
         labels=dict(labels or {}),
         taints=tuple(taints),
+        cordoned=dict(cordoned or {}),
     )
 
 

@@ -1,0 +1,117 @@
+"""What the agent says on its VNPUNode when the driver reports a chip
+unhealthy and healthy again: the ChipsHealthy condition, and one Event per
+transition (none while nothing changes). End to end, with the operator
+avoiding the chip: tests/integration/test_cordon.py."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from vnpu_agent.config import AgentSettings
+from vnpu_agent.drivers.sim import SimDriver
+from vnpu_agent.kubeapi import AgentApi
+from vnpu_agent.metrics import AgentMetrics
+from vnpu_agent.node import NodeAgent
+from vnpu_common import names
+
+
+class RecordingApi:
+    """Keeps the VNPUNode status last written and every Event posted."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, Any] = {}
+        self.events: list[tuple[str, str, str, str]] = []
+
+    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
+        self.status = copy.deepcopy(status)
+        meta = {"name": node, "labels": {names.LABEL_NODE: node}}
+        return {"metadata": meta, "status": copy.deepcopy(status)}
+
+    async def event(
+        self, involved: dict[str, Any], *, type_: str, reason: str, message: str, node: str
+    ) -> None:
+        self.events.append((involved["kind"], type_, reason, message))
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> SimDriver:
+    return SimDriver(tmp_path / "sim.json", "910B3=2")
+
+
+@pytest.fixture
+async def agent(tmp_path: Path, sim: SimDriver) -> NodeAgent:
+    settings = AgentSettings(
+        simulate_nodes=["n1"],
+        state_dir=tmp_path / "state",
+        cdi_dir=tmp_path / "cdi",
+        inventory_min_interval_seconds=0,
+    )
+    agent = NodeAgent(
+        "n1", sim, cast(AgentApi, RecordingApi()), settings, AgentMetrics(), synced=lambda: True
+    )
+    await agent.refresh_driver()
+    return agent
+
+
+def chips_healthy(api: RecordingApi) -> dict[str, Any]:
+    conditions = api.status["conditions"]
+    found = [c for c in conditions if c["type"] == names.COND_CHIPS_HEALTHY]
+    assert len(found) == 1, conditions
+    return dict(found[0])
+
+
+async def test_an_unhealthy_chip_is_a_condition_and_an_event_and_recovers(
+    agent: NodeAgent, sim: SimDriver
+) -> None:
+    api = cast(RecordingApi, agent.api)
+    await agent.publish()
+    assert chips_healthy(api)["status"] == "True"
+    assert api.events == []
+
+    sim.set_chip_health(1, False)
+    await agent.publish()
+    cond = chips_healthy(api)
+    assert (cond["status"], cond["reason"]) == ("False", names.REASON_CHIP_UNHEALTHY)
+    assert "unhealthy chips: 1;" in cond["message"]
+    assert [c["health"] for c in api.status["chips"]] == ["Healthy", "Unhealthy"]
+    assert api.events == [
+        (
+            names.NODE_KIND,
+            "Warning",
+            names.REASON_CHIP_UNHEALTHY,
+            "chip 1 of n1 is unhealthy: no new vNPU is placed on it; "
+            "its vNPUs stay until their pods end",
+        )
+    ]
+    unhealthy_since = cond["lastTransitionTime"]
+
+    # Still unhealthy: nothing new is said, the condition keeps its time.
+    await agent.publish()
+    assert len(api.events) == 1
+    assert chips_healthy(api)["lastTransitionTime"] == unhealthy_since
+
+    sim.set_chip_health(1, True)
+    await agent.publish()
+    cond = chips_healthy(api)
+    assert (cond["status"], cond["reason"]) == ("True", names.REASON_CHIP_HEALTHY)
+    assert api.events[1:] == [
+        (
+            names.NODE_KIND,
+            "Normal",
+            names.REASON_CHIP_HEALTHY,
+            "chip 1 of n1 is healthy again: it takes new vNPUs",
+        )
+    ]
+
+
+async def test_a_chip_unhealthy_at_start_is_told_once(agent: NodeAgent, sim: SimDriver) -> None:
+    api = cast(RecordingApi, agent.api)
+    sim.set_chip_health(0, False)
+    await agent.publish()
+    await agent.publish()
+    assert [e[2] for e in api.events] == [names.REASON_CHIP_UNHEALTHY]
+    assert chips_healthy(api)["message"].startswith("unhealthy chips: 0;")
