@@ -1,0 +1,140 @@
+"""`kubectl vnpu` (the executable `kubectl-vnpu` on PATH): argument parsing
+and the three read-only commands. Exit 0 with the report, 1 with
+`error: ...` on stderr when the cluster, the pod or the request is not
+there, 2 for a malformed command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from vnpu_cli import kube, status, usage, why
+from vnpu_cli.errors import CliError
+from vnpu_cli.snapshot import Snapshot
+from vnpu_common import names
+
+DEFAULT_AGENT_NAMESPACE = "vnpu-system"
+
+
+def _parser() -> argparse.ArgumentParser:
+    # Global flags are accepted before and after the command, as kubectl's
+    # are: `kubectl vnpu why p -n team-a -o json`. SUPPRESS keeps a
+    # subcommand's unset flag from overwriting one given before it.
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+    )
+    common.add_argument("--context", help="kubeconfig context (default: the current one)")
+    common.add_argument(
+        "-o", "--output", choices=("text", "json"), help="text tables (default) or JSON"
+    )
+    common.add_argument(
+        "--agent-namespace",
+        help=f"namespace of the vnpu agents' Leases (default: ${_AGENT_NS_ENV} or "
+        f"{DEFAULT_AGENT_NAMESPACE})",
+    )
+    parser = argparse.ArgumentParser(
+        prog="kubectl vnpu",
+        description="Read-only view of vNPUs: capacity per chip, why a pod waits, use per "
+        "namespace.",
+        parents=[common],
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser(
+        "status",
+        parents=[common],
+        help="every node's chips: model, health, cordon, AICore/memory/AICPU, vNPUs and pods",
+    )
+    why_cmd = commands.add_parser(
+        "why",
+        parents=[common],
+        help="a pod's request, its vnpu.io/Allocated condition, and where its vNPUs are or "
+        "why each node cannot host it",
+    )
+    why_cmd.add_argument("pod", metavar="POD")
+    why_cmd.add_argument("-n", "--namespace", help="the pod's namespace (default: the context's)")
+    usage_cmd = commands.add_parser(
+        "usage", parents=[common], help="per namespace: vNPUs, AICore and memory in use, waiting"
+    )
+    scope = usage_cmd.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", help="one namespace (default: all)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    return parser
+
+
+_AGENT_NS_ENV = "VNPU_AGENT_NAMESPACE"
+
+
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    target = kube.Target(getattr(args, "kubeconfig", None), getattr(args, "context", None))
+    agent_ns = getattr(args, "agent_namespace", None) or os.environ.get(
+        _AGENT_NS_ENV, DEFAULT_AGENT_NAMESPACE
+    )
+    conn = await kube.connect(target)
+    async with conn.api:
+        if args.command == "why":
+            namespace = getattr(args, "namespace", None) or conn.namespace
+            # The pod first: a wrong name fails before the cluster-wide lists.
+            pod = await kube.pod(conn, namespace, args.pod)
+            snapshot = await _snapshot(conn, agent_ns)
+            return why.build(pod, snapshot)
+        if args.command == "usage":
+            namespace = getattr(args, "namespace", None)
+            snapshot = await _snapshot(conn, agent_ns, pods_of=namespace or "")
+            return usage.build(snapshot, namespace)
+        return status.build(await _snapshot(conn, agent_ns))
+
+
+async def _snapshot(
+    conn: kube.Connection, agent_namespace: str, *, pods_of: str | None = None
+) -> Snapshot:
+    """Every list in parallel, one per kind. `pods_of`: also the vNPU pods
+    of that namespace ("" for all)."""
+    lists = [
+        kube.vnpu_objects(conn, names.NODE_PLURAL),
+        kube.nodes(conn),
+        kube.leases(conn, agent_namespace),
+        kube.vnpu_objects(conn, names.ALLOCATION_PLURAL),
+    ]
+    if pods_of is not None:
+        lists.append(kube.vnpu_pods(conn, pods_of or None))
+    results = await asyncio.gather(*lists)
+    return Snapshot(
+        vnpunodes=results[0],
+        nodes=results[1],
+        leases=results[2],
+        allocations=results[3],
+        pods=results[4] if pods_of is not None else [],
+        agent_namespace=agent_namespace,
+    )
+
+
+def render(command: str, report: dict[str, Any], output: str) -> str:
+    if output == "json":
+        return json.dumps(report, indent=2, sort_keys=True) + "\n"
+    module = {"status": status, "why": why, "usage": usage}[command]
+    text: str = module.text(report)
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="warning: %(message)s", stream=sys.stderr)
+    logging.getLogger("kubernetes_asyncio").setLevel(logging.ERROR)
+    try:
+        report = asyncio.run(_run(args))
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(render(args.command, report, getattr(args, "output", "text")))
+    return 0
+
+
+def entrypoint() -> None:
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""`kubectl vnpu usage`: per namespace, what its pods' vNPUs take (count,
+AICore, device memory) and how many of its vNPU pods wait for capacity.
+
+Use is summed over VNPUAllocations, the placement ledger's own records, with
+each template's size from the catalog the nodes publish, so it can never
+disagree with what placement books. A terminating allocation still counts:
+its vNPU holds the chip until the agent destroys it. Quota columns read '-'
+until namespaces can be capped (issue 15, item 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vnpu_cli.snapshot import Raw, Snapshot, allocation_resources, catalog
+from vnpu_cli.table import table
+from vnpu_common import names
+
+
+def build(snapshot: Snapshot, namespace: str | None = None) -> dict[str, Any]:
+    """`snapshot.pods`: the vNPU pods (label vnpu.io/managed) of the
+    namespaces shown; `namespace` None shows every namespace that has any."""
+    inventories = {i.name: i for i in snapshot.inventories()}
+    known = catalog(inventories.values())
+    rows: dict[str, dict[str, Any]] = {}
+
+    def row(ns: str) -> dict[str, Any]:
+        return rows.setdefault(
+            ns,
+            {
+                "namespace": ns,
+                "pods": set(),
+                "vnpus": 0,
+                "aicore": 0,
+                "memoryMB": 0,
+                "unsized": 0,
+                "waiting": 0,
+                "quota": None,
+            },
+        )
+
+    held: set[str] = set()
+    for allocation, _ in snapshot.parsed_allocations():
+        if namespace is not None and allocation.namespace != namespace:
+            continue
+        r = row(allocation.namespace)
+        r["pods"].add(allocation.pod_uid)
+        r["vnpus"] += 1
+        held.add(allocation.pod_uid)
+        need = allocation_resources(allocation, inventories, known)
+        if need is None:
+            r["unsized"] += 1  # nobody offers its template any more
+        else:
+            r["aicore"] += need.aicore
+            r["memoryMB"] += need.memory_mb
+    for pod in snapshot.pods:
+        meta = pod.get("metadata") or {}
+        ns = str(meta.get("namespace", ""))
+        if (namespace is not None and ns != namespace) or not _waits(pod, held):
+            continue
+        row(ns)["waiting"] += 1
+    out = []
+    for ns in sorted(rows):
+        r = rows[ns]
+        out.append({**r, "pods": len(r["pods"])})
+    return {"namespaces": out}
+
+
+def _waits(pod: Raw, held: set[str]) -> bool:
+    """A vNPU pod with no allocation yet that has not ended or been deleted."""
+    meta = pod.get("metadata") or {}
+    if names.ANN_TEMPLATE not in (meta.get("annotations") or {}):
+        return False
+    if meta.get("uid") in held or meta.get("deletionTimestamp"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def text(report: dict[str, Any]) -> str:
+    if not report["namespaces"]:
+        return "No vNPUs in use and no vNPU pod waiting.\n"
+    return table(
+        [
+            "NAMESPACE",
+            "PODS",
+            "VNPUS",
+            "AICORE",
+            "MEMORY-MB",
+            "WAITING",
+            "VNPU-QUOTA",
+            "AICORE-QUOTA",
+            "MEMORY-QUOTA",
+        ],
+        [
+            [
+                r["namespace"],
+                r["pods"],
+                r["vnpus"],
+                r["aicore"],
+                r["memoryMB"],
+                r["waiting"],
+                None,
+                None,
+                None,
+            ]
+            for r in report["namespaces"]
+        ],
+    )

@@ -1,0 +1,61 @@
+"""The command line: flags where kubectl users put them, and errors that
+say what is wrong with exit status 1."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from vnpu_cli.main import _parser, main
+
+
+def test_flags_go_before_or_after_the_command() -> None:
+    args = _parser().parse_args(["--context", "prod", "why", "p", "-n", "team-a", "-o", "json"])
+    assert (args.command, args.pod, args.namespace, args.output, args.context) == (
+        "why", "p", "team-a", "json", "prod",
+    )  # fmt: skip
+    args = _parser().parse_args(["-o", "json", "usage", "-A"])
+    assert (args.output, args.all_namespaces) == ("json", True)
+
+
+def test_no_kubeconfig_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    missing = tmp_path / "nothing-here"
+    assert main(["status", "--kubeconfig", str(missing)]) == 1
+    assert f"error: no kubeconfig at {missing}" in capsys.readouterr().err
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_no_cluster_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A kubeconfig whose server nobody listens on: a sentence naming it, exit 1."""
+    server = f"https://127.0.0.1:{_closed_port()}"
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{server}", insecure-skip-tls-verify: true}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u, namespace: team-a}}}}]
+current-context: x
+"""
+    )
+    for command in (["status"], ["usage"], ["why", "p"]):
+        assert main([*command, "--kubeconfig", str(kubeconfig)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: cannot reach the cluster at {server}"), err
+
+
+def test_unknown_context_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: []\nusers: []\ncontexts: []\ncurrent-context: ''\n"
+    )
+    assert main(["status", "--kubeconfig", str(kubeconfig), "--context", "nope"]) == 1
+    assert "error: cannot use kubeconfig" in capsys.readouterr().err
