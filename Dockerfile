@@ -28,6 +28,7 @@ COPY pyproject.toml README.md ./
 COPY common/ common/
 COPY operator/ operator/
 COPY node_agent/ node_agent/
+COPY cli/ cli/
 RUN /opt/vnpu/bin/pip install --no-compile . \
  && /opt/vnpu/bin/python -m compileall -q /opt/vnpu/lib
 
