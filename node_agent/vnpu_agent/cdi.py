@@ -83,11 +83,18 @@ def write(
     host_device_dir: Path = HOST_DEVICE_DIR,
 ) -> Path:
     """Writes atomically, so a runtime never reads half a spec (the CDI
-    library reads only `.json` and `.yaml` files, so never the temporary)."""
-    cdi_dir.mkdir(parents=True, exist_ok=True)
+    library reads only `.json` and `.yaml` files, so never the temporary).
+    A spec already there as it should be is left alone: every resync ensures
+    every vNPU, and rewriting an unchanged file (mkdir, write, rename) was
+    most of the agent's file-system time."""
     path = spec_path(cdi_dir, node, vnpu_id)
+    text = json.dumps(render(vnpu_id, template, host_device_dir), indent=2)
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if path.read_text() == text:
+            return path
+    cdi_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(render(vnpu_id, template, host_device_dir), indent=2))
+    tmp.write_text(text)
     os.replace(tmp, path)
     return path
 

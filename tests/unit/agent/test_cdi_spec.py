@@ -10,6 +10,7 @@ inject one; these check every rule that test would only find one at a time.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -179,3 +180,19 @@ def test_a_relative_host_device_dir_is_refused(capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert "cdi_host_device_dir" in err
     assert "must be an absolute path" in err
+
+
+def test_an_unchanged_spec_is_not_rewritten_and_a_changed_one_is(tmp_path: Path) -> None:
+    path = cdi.write(tmp_path, "n1", 101, "vir05_1c_16g")
+    first = path.stat()
+    os.utime(path, ns=(first.st_atime_ns, first.st_mtime_ns - 10**9))
+    marked = path.stat().st_mtime_ns
+    assert cdi.write(tmp_path, "n1", 101, "vir05_1c_16g") == path
+    assert path.stat().st_mtime_ns == marked  # left alone
+    assert path.stat().st_ino == first.st_ino
+    cdi.write(tmp_path, "n1", 101, "vir05_1c_16g", Path("/elsewhere"))
+    assert "/elsewhere/vdavinci101" in path.read_text()
+    path.write_text("{half a spec")
+    cdi.write(tmp_path, "n1", 101, "vir05_1c_16g")
+    assert json.loads(path.read_text()) == cdi.render(101, "vir05_1c_16g", cdi.HOST_DEVICE_DIR)
+    assert not list(tmp_path.glob("*.tmp"))
