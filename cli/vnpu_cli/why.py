@@ -175,7 +175,11 @@ def text(report: dict[str, Any]) -> str:
     ]
     condition = report["condition"]
     if condition is None:
-        lines.append(f"Condition:  {names.POD_COND_ALLOCATED} not set")
+        # The operator writes it only when it has something to tell: a pod
+        # placed at its first try never gets one.
+        lines.append(
+            f"Condition:  {names.POD_COND_ALLOCATED} not set (set once a pod waited or failed)"
+        )
     else:
         lines.append(
             f"Condition:  {names.POD_COND_ALLOCATED}={condition['status']} "
