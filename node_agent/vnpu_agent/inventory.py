@@ -36,7 +36,10 @@ def build_status(
     vnpus: Mapping[int, VNPU],
     allocations: Iterable[Mapping[str, Any]],
     conditions: list[Condition],
+    cordoned: Iterable[int] = (),
 ) -> dict[str, Any]:
+    """`cordoned`: the chip indexes of the VNPUNode's spec.cordonedChips, echoed
+    in the status for `kubectl get` (placement reads the spec itself)."""
     owner_of = owners(allocations)
     chip_statuses = []
     for chip in sorted(chips, key=lambda c: c.index):
@@ -88,5 +91,20 @@ def build_status(
         free_aicore=sum(c.aicore_free for c in chip_statuses if c.health == "Healthy"),
         chips=chip_statuses,
         conditions=conditions,
+        cordoned=_indexes(cordoned),
+        unhealthy=_indexes(c.index for c in chip_statuses if c.health != "Healthy"),
     )
     return status.to_api()
+
+
+def _indexes(chips: Iterable[int]) -> str:
+    return ",".join(str(i) for i in sorted(set(chips)))
+
+
+def cordoned_chips(vnpu_node: Mapping[str, Any] | None) -> list[int]:
+    """Chip indexes of a VNPUNode's spec.cordonedChips; malformed entries
+    (the CRD schema refuses them) are skipped."""
+    entries = ((vnpu_node or {}).get("spec") or {}).get("cordonedChips") or []
+    return sorted(
+        {e["chip"] for e in entries if isinstance(e, dict) and type(e.get("chip")) is int}
+    )

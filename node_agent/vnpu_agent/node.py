@@ -44,7 +44,7 @@ from vnpu_agent.drivers.base import (
 )
 from vnpu_agent.failpoints import failpoint
 from vnpu_agent.gc import OrphanTracker
-from vnpu_agent.inventory import build_status
+from vnpu_agent.inventory import build_status, cordoned_chips
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.owned import OwnedIds
@@ -550,6 +550,7 @@ class NodeAgent:
             vnpus=self.vnpus,
             allocations=self.allocs.values(),
             conditions=self._node_conditions,
+            cordoned=cordoned_chips(self._observed),
         )
         if status == self._last_status and not self._force_publish:
             return
@@ -613,6 +614,11 @@ class NodeAgent:
         self._observed = None if kind == "DELETED" else obj
         self._observed_known = True
         self._node_events += 1
+        if self._published is not None and _echo_of(self._published) != cordoned_chips(
+            self._observed
+        ):
+            # An admin changed spec.cordonedChips: the status echoes it.
+            self._mark_dirty()
         if self._node_differs() and self._restore_pending is None:
             self._restore_pending = asyncio.get_running_loop().call_later(
                 RESTORE_SETTLE_SECONDS, self._check_restore
@@ -650,6 +656,12 @@ class NodeAgent:
         self.metrics.node_restored(self.node, what)
         self._force_publish = True
         self._mark_dirty()
+
+
+def _echo_of(status: dict[str, Any]) -> list[int]:
+    """The cordoned chips a published status echoes."""
+    text = status.get("cordoned") or ""
+    return [int(i) for i in text.split(",") if i.isdigit()]
 
 
 def _log_task_error(task: asyncio.Task[None]) -> None:

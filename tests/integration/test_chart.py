@@ -849,6 +849,80 @@ def test_agent_is_scoped_to_its_node(
     )
 
 
+def test_only_admins_cordon_chips(
+    plane: LocalPlane, release: str, namespace: str, request: pytest.FixtureRequest
+) -> None:
+    """spec.cordonedChips of a VNPUNode is the admins': an agent's credential can
+    change it on no node (another node's, nor its own), and neither can a namespace
+    user; the status subresource never carries it."""
+    nodes = f"/apis/{names.API_VERSION}/{names.NODE_PLURAL}"
+    for node in (NODE_A, NODE_B):
+        plane.kubectl("delete", names.NODE_PLURAL, node, "--ignore-not-found")
+        manifest = {
+            "apiVersion": names.API_VERSION,
+            "kind": names.NODE_KIND,
+            "metadata": {"name": node, "labels": {names.LABEL_NODE: node}},
+        }
+        plane.kubectl("create", "-f", "-", input=json.dumps(manifest))
+
+    def cleanup() -> None:
+        for node in (NODE_A, NODE_B):
+            plane.kubectl("delete", names.NODE_PLURAL, node, "--ignore-not-found", check=False)
+
+    request.addfinalizer(cleanup)
+    agent = token(plane, AGENT_SA, "--bound-object-kind=Node", f"--bound-object-name={NODE_A}")
+    cordon = {"spec": {"cordonedChips": [{"chip": 0, "reason": "agent says so"}]}}
+
+    # The API server takes the release's policy into effect a moment later.
+    def refused() -> tuple[int, Any] | None:
+        answer = agent.request("PATCH", f"{nodes}/{NODE_B}", cordon, MERGE)
+        return answer if answer[0] != 200 else None
+
+    status, body = wait_for("node-scoping policy in effect", refused, timeout=30, interval=0.5)
+    assert status == 403, body
+    assert f"may only change VNPUNode {NODE_A}" in body["message"]
+    # Nor its own node's chips: the cordon is an admin's decision, not the agent's.
+    status, body = agent.request("PATCH", f"{nodes}/{NODE_A}", cordon, MERGE)
+    assert status == 403, body
+    assert "may not change the spec of a VNPUNode" in body["message"]
+    # A status write leaves the spec alone, whatever its body says.
+    status, body = agent.request("PATCH", f"{nodes}/{NODE_A}/status", cordon, MERGE)
+    assert status == 200, body
+    assert "cordonedChips" not in (body.get("spec") or {})
+    # Recreating its VNPUNode with a cordon is refused too (its own plain create is not).
+    plane.kubectl("delete", names.NODE_PLURAL, NODE_A)
+    created = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.NODE_KIND,
+        "metadata": {"name": NODE_A, "labels": {names.LABEL_NODE: NODE_A}},
+    }
+    status, body = agent.request("POST", nodes, {**created, **cordon})
+    assert status == 403, body
+    status, body = agent.request("POST", nodes, created)
+    assert status == 201, body
+
+    # A namespace user, even the namespace's admin, has no say over cluster-scoped VNPUNodes.
+    plane.kubectl("create", "serviceaccount", "ns-admin", "-n", namespace)
+    plane.kubectl(
+        "create", "rolebinding", "ns-admin", "-n", namespace, "--clusterrole=admin",
+        f"--serviceaccount={namespace}:ns-admin",
+    )  # fmt: skip
+    user = Credential(
+        plane,
+        plane.kubectl("create", "token", "ns-admin", "-n", namespace).stdout.strip(),
+    )
+    status, body = user.request("PATCH", f"{nodes}/{NODE_B}", cordon, MERGE)
+    assert status == 403, body
+
+    # The admin cordons with a plain patch, and kubectl get shows it.
+    admin_cordon = {"spec": {"cordonedChips": [{"chip": 1, "reason": "ECC errors"}]}}
+    plane.kubectl(
+        "patch", names.NODE_PLURAL, NODE_B, "--type=merge", "-p", json.dumps(admin_cordon)
+    )
+    got = get_json(plane, names.NODE_PLURAL, NODE_B)
+    assert got["spec"]["cordonedChips"] == [{"chip": 1, "reason": "ECC errors"}]
+
+
 def test_upgrade_keeps_the_ca_bundle_the_operator_registered(
     plane: LocalPlane, release: str
 ) -> None:

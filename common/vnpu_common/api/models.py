@@ -225,6 +225,17 @@ class VNPUNodeStatus(ApiModel):
     chip_count: int = Field(default=0, ge=0)
     vnpu_count: int = Field(default=0, ge=0)
     free_aicore: int = Field(default=0, ge=0, alias="freeAICore")
+    # Printer columns show one value of a list: these say "0,3" in one cell.
+    # Empty rather than absent when none: the agent's merge patch of the
+    # status would leave an absent field as it was.
+    cordoned: str = Field(
+        default="",
+        max_length=4096,
+        description="Chips of spec.cordonedChips, e.g. 0,3, as the agent last read them.",
+    )
+    unhealthy: str = Field(
+        default="", max_length=4096, description="Chips the driver reports unhealthy, e.g. 1."
+    )
     chips: list[ChipStatus] = Field(
         default_factory=list,
         json_schema_extra={

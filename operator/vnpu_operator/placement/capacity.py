@@ -139,8 +139,6 @@ def chip_obstacle(
     chip = state.chip
     if chip_model is not None and chip.model != chip_model:
         return Reason.CHIP_MODEL
-    if state.cordoned is not None:
-        return Reason.CORDONED
     if chip.health != HEALTHY:
         return Reason.UNHEALTHY
     offered = next((t for t in chip.templates if t.name == template), None)
@@ -157,6 +155,8 @@ def chip_obstacle(
             return reason
     if state.vnpus >= state.vnpu_limit or free_vnpu_id(chip, used_ids) is None:
         return Reason.NO_FREE_VNPU_ID
+    if state.cordoned is not None:
+        return Reason.CORDONED
     return None
 
 

@@ -24,7 +24,6 @@ class Reason(StrEnum):
     TAINT = "taint"
     NO_CHIPS = "no-chips"
     CHIP_MODEL = "chip-model"
-    CORDONED = "cordoned"
     UNHEALTHY = "unhealthy"
     TEMPLATE_NOT_OFFERED = "template-not-offered"
     INSUFFICIENT_AICORE = "insufficient-aicore"
@@ -32,6 +31,9 @@ class Reason(StrEnum):
     INSUFFICIENT_AICPU = "insufficient-aicpu"
     INSUFFICIENT_MEDIA = "insufficient-media"
     NO_FREE_VNPU_ID = "no-free-vnpu-id"
+    # Checked last: a cordoned chip is named only where it is the one obstacle,
+    # i.e. where uncordoning it would let the pod in.
+    CORDONED = "cordoned"
 
     @property
     def rank(self) -> int:
@@ -52,7 +54,6 @@ _LABELS = {
     Reason.TAINT: "taint not tolerated",
     Reason.NO_CHIPS: "no NPU chips",
     Reason.CHIP_MODEL: "chip model mismatch",
-    Reason.CORDONED: "chip cordoned",
     Reason.UNHEALTHY: "chip unhealthy",
     Reason.TEMPLATE_NOT_OFFERED: "template not offered",
     Reason.INSUFFICIENT_AICORE: "insufficient AICore",
@@ -60,6 +61,7 @@ _LABELS = {
     Reason.INSUFFICIENT_AICPU: "insufficient AICPU",
     Reason.INSUFFICIENT_MEDIA: "insufficient media",
     Reason.NO_FREE_VNPU_ID: "no free vNPU id",
+    Reason.CORDONED: "chip cordoned",
 }
 
 

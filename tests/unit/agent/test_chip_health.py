@@ -5,6 +5,7 @@ avoiding the chip: tests/integration/test_cordon.py."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any, cast
@@ -25,8 +26,10 @@ class RecordingApi:
     def __init__(self) -> None:
         self.status: dict[str, Any] = {}
         self.events: list[tuple[str, str, str, str]] = []
+        self.writes = 0
 
     async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
+        self.writes += 1
         self.status = copy.deepcopy(status)
         meta = {"name": node, "labels": {names.LABEL_NODE: node}}
         return {"metadata": meta, "status": copy.deepcopy(status)}
@@ -115,3 +118,24 @@ async def test_a_chip_unhealthy_at_start_is_told_once(agent: NodeAgent, sim: Sim
     await agent.publish()
     assert [e[2] for e in api.events] == [names.REASON_CHIP_UNHEALTHY]
     assert chips_healthy(api)["message"].startswith("unhealthy chips: 0;")
+
+
+async def test_the_status_echoes_the_admins_cordon_for_kubectl_get(agent: NodeAgent) -> None:
+    api = cast(RecordingApi, agent.api)
+    await agent.publish()
+    assert (api.status["cordoned"], api.status["unhealthy"]) == ("", "")
+    meta = {"name": "n1", "labels": {names.LABEL_NODE: "n1"}}
+    spec = {"cordonedChips": [{"chip": 1, "reason": "fan"}, {"chip": 0, "reason": "ECC"}]}
+    await agent.on_node_event(
+        "MODIFIED", {"metadata": meta, "spec": spec, "status": copy.deepcopy(api.status)}
+    )
+    await asyncio.sleep(0.1)  # the (zero) coalescing interval and the publish it starts
+    assert api.status["cordoned"] == "0,1"
+    # Its own write's echo (spec unchanged) starts no other write.
+    written, writes = copy.deepcopy(api.status), api.writes
+    await agent.on_node_event("MODIFIED", {"metadata": meta, "spec": spec, "status": written})
+    await asyncio.sleep(0.1)
+    assert api.writes == writes
+    await agent.on_node_event("MODIFIED", {"metadata": meta, "status": written})
+    await asyncio.sleep(0.1)
+    assert api.status["cordoned"] == ""

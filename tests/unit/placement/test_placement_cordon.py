@@ -48,9 +48,16 @@ def test_cordoned_chip_gets_nothing_new_while_the_other_chip_does() -> None:
     # Four vir05 fill one 910B3 chip: all four land on chip 1, none on chip 0.
     chips = [placed(ledger.place(request(f"p{i}"))).allocations[0].chip for i in range(4)]
     assert chips == [1, 1, 1, 1]
-    # The empty cordoned chip would take it; the node reports its full chip, the
-    # obstacle furthest along (as for every other mix of chip obstacles).
-    assert nofit(ledger.place(request("p4"))).node_reasons == {"n": Reason.INSUFFICIENT_AICORE}
+    # The empty cordoned chip would take it: uncordoning is what would help.
+    result = nofit(ledger.place(request("p4")))
+    assert result.node_reasons == {"n": Reason.CORDONED}
+    assert result.message == "0/1 nodes can host 1 x vir05_1c_16g: 1 chip cordoned"
+
+
+def test_a_cordoned_chip_that_would_not_fit_anyway_names_the_real_blocker() -> None:
+    full = chip(index=0, vnpus=[(100 + i, "vir05_1c_16g") for i in range(4)])
+    ledger = Ledger.rebuild([node("n", [full], cordoned={0: "x"})], ())
+    assert nofit(ledger.place(request())).primary_reason is Reason.INSUFFICIENT_AICORE
 
 
 def test_a_node_whose_only_chip_is_cordoned_says_so() -> None:
@@ -103,8 +110,8 @@ def test_cordoned_and_unhealthy_chips_both_refuse_and_a_healthy_one_takes_it() -
     )
     assert placed(Ledger.rebuild([n], ()).place(request())).allocations[0].chip == 2
     both = node("m", [chip(index=0, health="Unhealthy"), chip(index=1)], cordoned={1: "x"})
-    # The chip that got furthest names the node: unhealthy is checked after the cordon.
-    assert nofit(Ledger.rebuild([both], ()).place(request())).primary_reason is Reason.UNHEALTHY
+    # The chip that got furthest names the node: the cordoned one, which would fit.
+    assert nofit(Ledger.rebuild([both], ()).place(request())).primary_reason is Reason.CORDONED
 
 
 def test_inventory_reads_the_cordon_from_the_vnpunode_spec() -> None:
