@@ -52,6 +52,9 @@ class Snapshot:
     agent_namespace: str = "vnpu-system"
     # Wall-clock time of the reads, for Lease expiry.
     now: float = field(default_factory=time.time)
+    # Parsed once: status and why both read them, and at tens of thousands
+    # of allocations parsing is most of a command's time.
+    _parsed: list[tuple[Allocation, Raw]] | None = field(default=None, init=False, repr=False)
 
     def live_nodes(self) -> dict[str, bool]:
         """Node -> whether its agent's Lease is valid, by the operator's rule."""
@@ -83,6 +86,13 @@ class Snapshot:
         return out
 
     def parsed_allocations(self) -> list[tuple[Allocation, Raw]]:
+        """Readable allocations in key order, with their raw objects; read
+        once, so `allocations` must not change after the first call."""
+        if self._parsed is None:
+            self._parsed = self._parse_allocations()
+        return self._parsed
+
+    def _parse_allocations(self) -> list[tuple[Allocation, Raw]]:
         out = []
         for raw in self.allocations:
             try:

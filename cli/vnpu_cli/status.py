@@ -32,9 +32,10 @@ def build(snapshot: Snapshot) -> dict[str, Any]:
     id order; a vNPU is in it if its chip lists it or an allocation declares it."""
     ledger = snapshot.ledger()
     capacity: dict[tuple[str, int], ChipCapacity] = {(c.node, c.chip): c for c in ledger.capacity()}
-    declared: dict[tuple[str, int, int], tuple[str, Raw]] = {
-        (a.node, a.chip, a.vnpu_id): (a.key, raw) for a, raw in snapshot.parsed_allocations()
-    }
+    # (node, chip) -> vNPU id -> (allocation key, raw allocation)
+    declared: dict[tuple[str, int], dict[int, tuple[str, Raw]]] = {}
+    for a, raw in snapshot.parsed_allocations():
+        declared.setdefault((a.node, a.chip), {})[a.vnpu_id] = (a.key, raw)
     raw_nodes = {str((v.get("metadata") or {}).get("name")): v for v in snapshot.vnpunodes}
     nodes = []
     for name in ledger.node_names():
@@ -54,7 +55,7 @@ def build(snapshot: Snapshot) -> dict[str, Any]:
                         cap.used.memory_mb, cap.free.memory_mb, cap.total.memory_mb
                     ),
                     "aicpu": _amounts(cap.used.aicpu, cap.free.aicpu, cap.total.aicpu),
-                    "vnpus": _vnpus(name, chip, declared),
+                    "vnpus": _vnpus(chip, declared.get((name, chip.index), {})),
                 }
             )
         nodes.append(
@@ -72,14 +73,12 @@ def _amounts(used: int, free: int, total: int) -> dict[str, int]:
     return {"used": used, "free": free, "total": total}
 
 
-def _vnpus(
-    node: str, chip: ChipStatus, declared: dict[tuple[str, int, int], tuple[str, Raw]]
-) -> list[dict[str, Any]]:
+def _vnpus(chip: ChipStatus, declared: dict[int, tuple[str, Raw]]) -> list[dict[str, Any]]:
+    """`declared`: the allocations on this chip, by vNPU id."""
     present = {v.id: v for v in chip.vnpus}
-    ids = sorted(set(present) | {i for (n, c, i) in declared if (n, c) == (node, chip.index)})
     out = []
-    for vnpu_id in ids:
-        key, raw = declared.get((node, chip.index, vnpu_id), (None, None))
+    for vnpu_id in sorted(set(present) | set(declared)):
+        key, raw = declared.get(vnpu_id, (None, None))
         if raw is None:
             # On the chip with no allocation: holds capacity until the agent
             # collects it.
