@@ -15,11 +15,9 @@ ORPHAN = "orphan"
 
 
 def cordon_of(vnpu_node: Raw, chip: int) -> str | None:
-    """The chip's cordon reason as its VNPUNode declares it, None when it is in
-    service. Read from the raw object, `spec.cordonedChips[{chip, reason}]`,
-    the shape issue 15's item 2 is adding: this module has no model of it, so
-    a VNPUNode from before that field (or a cluster whose CRD lacks it) shows
-    '-' and nothing else changes."""
+    """The chip's cordon reason as its VNPUNode declares it
+    (`spec.cordonedChips[{chip, reason}]`), None when it is in service. Read
+    from the raw object, so a cluster whose CRD predates the field shows '-'."""
     entries = (vnpu_node.get("spec") or {}).get("cordonedChips") or []
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and entry.get("chip") == chip:

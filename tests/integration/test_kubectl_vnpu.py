@@ -196,3 +196,39 @@ def test_errors_exit_non_zero(cluster: Stack, plane: LocalPlane) -> None:
     assert plain.stderr == (
         f"error: pod {TEAM_A}/plain does not ask for vNPUs (no {names.ANN_TEMPLATE} annotation)\n"
     )
+
+
+def test_a_cordoned_chip_shows_and_is_named_as_the_blocker(
+    cluster: Stack, plane: LocalPlane
+) -> None:
+    """Runs last: it cordons cli-b's chip (as README shows admins do) and
+    uncordons it at the end."""
+    cordon = '{"spec":{"cordonedChips":[{"chip":0,"reason":"fan failing"}]}}'
+    plane.kubectl("patch", "vnpunode", "cli-b", "--type=merge", "-p", cordon)
+    try:
+        out = kubectl_vnpu(plane, "status", "-o", "json")
+        assert out.returncode == 0, out.stderr
+        chips = {n["name"]: n["chips"][0]["cordon"] for n in json.loads(out.stdout)["nodes"]}
+        assert chips == {"cli-a": None, "cli-b": "fan failing"}
+        assert "fan failing" in kubectl_vnpu(plane, "status").stdout
+        plane.apply(vnpu_pod("tiny", TEAM_B, template="vir01"))
+        wait_for(
+            "team-b/tiny told it waits",
+            lambda: (
+                (allocated(pod_json(plane, TEAM_B, "tiny")) or {}).get("reason")
+                == names.REASON_WAITING
+            ),
+            timeout=60,
+        )
+        why = kubectl_vnpu(plane, "why", "tiny", "-n", TEAM_B, "-o", "json")
+        assert why.returncode == 0, why.stderr
+        report = json.loads(why.stdout)
+        assert {n["node"]: n["reason"] for n in report["nodes"]} == {
+            "cli-a": "template-not-offered",
+            "cli-b": "cordoned",
+        }
+        assert report["summary"] == (allocated(pod_json(plane, TEAM_B, "tiny")) or {})["message"]
+    finally:
+        plane.kubectl(
+            "patch", "vnpunode", "cli-b", "--type=merge", "-p", '{"spec":{"cordonedChips":[]}}'
+        )

@@ -103,8 +103,8 @@ def test_json_is_the_report() -> None:
 
 
 def test_cordon_column_shows_what_the_vnpunode_declares() -> None:
-    """Until a VNPUNode carries spec.cordonedChips (issue 15, item 2) the
-    column reads '-'; once it does, the chip's reason shows."""
+    """spec.cordonedChips names a chip and why: the column shows the reason,
+    '-' for every other chip and for VNPUNodes without the field."""
     snapshot = cluster()
     snapshot.vnpunodes[1]["spec"] = {"cordonedChips": [{"chip": 1, "reason": "fan failing"}]}
     report = status.build(snapshot)
