@@ -65,9 +65,11 @@ async def connect(target: Target) -> Connection:
     return Connection(client.ApiClient(configuration), str(configuration.host), str(namespace))
 
 
-async def _call(conn: Connection, what: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+async def _call(
+    conn: Connection, what: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+) -> Any:
     try:
-        return await call_json(fn, *args, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        return await call_json(fn, *args, _request_timeout=REQUEST_TIMEOUT_SECONDS, **kwargs)
     except ApiException as exc:
         if exc.status == 403:
             raise CliError(f"not allowed to {what}: {_message(exc)}") from exc
@@ -151,3 +153,29 @@ async def pod(conn: Connection, namespace: str, name: str) -> Raw:
             raise CliError(f'pod "{name}" not found in namespace "{namespace}"') from exc
         raise
     return result
+
+
+async def vnpunode(conn: Connection, name: str) -> Raw:
+    custom = client.CustomObjectsApi(conn.api)
+    try:
+        result: Raw = await _call(
+            conn, f"get vnpunode {name}", custom.get_cluster_custom_object,
+            names.GROUP, names.VERSION, names.NODE_PLURAL, name,
+        )  # fmt: skip
+    except ApiException as exc:
+        if exc.status == 404:
+            raise CliError(
+                f'VNPUNode "{name}" not found: no vnpu agent serves a node of that name'
+            ) from exc
+        raise
+    return result
+
+
+async def merge_patch_vnpunode(conn: Connection, name: str, body: Raw) -> None:
+    """Raises ApiException 409 when the body's resourceVersion is stale."""
+    custom = client.CustomObjectsApi(conn.api)
+    await _call(
+        conn, f"patch vnpunode {name}", custom.patch_cluster_custom_object,
+        names.GROUP, names.VERSION, names.NODE_PLURAL, name, body,
+        _content_type="application/merge-patch+json",
+    )  # fmt: skip

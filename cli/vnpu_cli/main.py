@@ -1,5 +1,5 @@
-"""`kubectl vnpu` (the executable `kubectl-vnpu` on PATH): argument parsing
-and the three read-only commands. Exit 0 with the report, 1 with
+"""`kubectl vnpu` (the executable `kubectl-vnpu` on PATH): argument parsing,
+the three read-only commands and cordon/uncordon. Exit 0 with the report, 1 with
 `error: ...` on stderr when the cluster, the pod or the request is not
 there, 2 for a malformed command line."""
 
@@ -14,7 +14,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from vnpu_cli import kube, status, usage, why
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from vnpu_cli import cordon, kube, status, usage, why
 from vnpu_cli.errors import CliError
 from vnpu_cli.snapshot import Snapshot
 from vnpu_common import names
@@ -41,8 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser = argparse.ArgumentParser(
         prog="kubectl vnpu",
-        description="Read-only view of vNPUs: capacity per chip, why a pod waits, use per "
-        "namespace.",
+        description="vNPUs at a glance: capacity per chip, why a pod waits, use per "
+        "namespace; cordon and uncordon a chip.",
         parents=[common],
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -65,6 +67,18 @@ def _parser() -> argparse.ArgumentParser:
     scope = usage_cmd.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="one namespace (default: all)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    cordon_cmd = commands.add_parser(
+        "cordon",
+        parents=[common],
+        help="take one chip of a node out of service for new vNPUs (those on it stay)",
+    )
+    uncordon_cmd = commands.add_parser(
+        "uncordon", parents=[common], help="put a cordoned chip back in service"
+    )
+    for cmd in (cordon_cmd, uncordon_cmd):
+        cmd.add_argument("node", metavar="NODE")
+        cmd.add_argument("chip", metavar="CHIP", type=int, help="chip index, as status shows it")
+    cordon_cmd.add_argument("--reason", required=True, help="why, for other admins")
     return parser
 
 
@@ -88,7 +102,34 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             namespace = getattr(args, "namespace", None)
             snapshot = await _snapshot(conn, agent_ns, pods_of=namespace or "")
             return usage.build(snapshot, namespace)
+        if args.command in ("cordon", "uncordon"):
+            reason = args.reason if args.command == "cordon" else None
+            return await _cordon(conn, args.node, args.chip, reason)
         return status.build(await _snapshot(conn, agent_ns))
+
+
+async def _cordon(
+    conn: kube.Connection, node: str, chip: int, reason: str | None
+) -> dict[str, Any]:
+    """Read, change, patch guarded by the read's resourceVersion; a 409 (someone
+    changed the node meanwhile) reads again."""
+    for _ in range(cordon.ATTEMPTS):
+        vnpu_node = await kube.vnpunode(conn, node)
+        before = cordon.current(vnpu_node)
+        after = cordon.changed(before, chip, reason)
+        message = cordon.outcome(node, chip, reason, before)
+        if after != before:
+            try:
+                await kube.merge_patch_vnpunode(conn, node, cordon.patch_body(vnpu_node, after))
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue
+                raise CliError(f"cannot patch VNPUNode {node}: {exc.status} {exc.reason}") from exc
+        chips = {c.get("index") for c in (vnpu_node.get("status") or {}).get("chips") or []}
+        if chip not in chips:
+            message += f" (the node reports no chip {chip} yet)"
+        return cordon.report(node, chip, message, after)
+    raise CliError(f"VNPUNode {node} kept changing under {cordon.ATTEMPTS} attempts; try again")
 
 
 async def _snapshot(
@@ -118,7 +159,9 @@ async def _snapshot(
 def render(command: str, report: dict[str, Any], output: str) -> str:
     if output == "json":
         return json.dumps(report, indent=2, sort_keys=True) + "\n"
-    module = {"status": status, "why": why, "usage": usage}[command]
+    module = {"status": status, "why": why, "usage": usage, "cordon": cordon, "uncordon": cordon}[
+        command
+    ]
     text: str = module.text(report)
     return text
 

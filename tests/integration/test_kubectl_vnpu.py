@@ -198,19 +198,23 @@ def test_errors_exit_non_zero(cluster: Stack, plane: LocalPlane) -> None:
     )
 
 
-def test_a_cordoned_chip_shows_and_is_named_as_the_blocker(
-    cluster: Stack, plane: LocalPlane
-) -> None:
-    """Runs last: it cordons cli-b's chip (as README shows admins do) and
-    uncordons it at the end."""
-    cordon = '{"spec":{"cordonedChips":[{"chip":0,"reason":"fan failing"}]}}'
-    plane.kubectl("patch", "vnpunode", "cli-b", "--type=merge", "-p", cordon)
+def cordoned_chips(plane: LocalPlane, node: str) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = (get_json(plane, "vnpunode", node).get("spec") or {}).get(
+        "cordonedChips"
+    ) or []
+    return got
+
+
+def test_cordon_shows_blocks_and_uncordon_frees(cluster: Stack, plane: LocalPlane) -> None:
+    """Runs last: it cordons cli-b's only chip with the plugin and uncordons it."""
+    out = kubectl_vnpu(plane, "cordon", "cli-b", "0", "--reason", "fan failing")
+    assert (out.returncode, out.stdout) == (0, "vnpunode/cli-b chip 0 cordoned (fan failing)\n")
     try:
+        assert cordoned_chips(plane, "cli-b") == [{"chip": 0, "reason": "fan failing"}]
         out = kubectl_vnpu(plane, "status", "-o", "json")
         assert out.returncode == 0, out.stderr
         chips = {n["name"]: n["chips"][0]["cordon"] for n in json.loads(out.stdout)["nodes"]}
         assert chips == {"cli-a": None, "cli-b": "fan failing"}
-        assert "fan failing" in kubectl_vnpu(plane, "status").stdout
         plane.apply(vnpu_pod("tiny", TEAM_B, template="vir01"))
         wait_for(
             "team-b/tiny told it waits",
@@ -229,6 +233,50 @@ def test_a_cordoned_chip_shows_and_is_named_as_the_blocker(
         }
         assert report["summary"] == (allocated(pod_json(plane, TEAM_B, "tiny")) or {})["message"]
     finally:
-        plane.kubectl(
-            "patch", "vnpunode", "cli-b", "--type=merge", "-p", '{"spec":{"cordonedChips":[]}}'
+        out = kubectl_vnpu(plane, "uncordon", "cli-b", "0")
+    assert (out.returncode, out.stdout) == (0, "vnpunode/cli-b chip 0 uncordoned\n")
+    assert cordoned_chips(plane, "cli-b") == []
+    wait_for(
+        "team-b/tiny placed once the chip is back",
+        lambda: (pod_json(plane, TEAM_B, "tiny") or {}).get("status", {}).get("phase") == "Running",
+        timeout=60,
+    )
+
+
+def test_concurrent_cordons_of_one_node_both_land(cluster: Stack, plane: LocalPlane) -> None:
+    """Each write carries the resourceVersion it read: the loser of a race gets
+    a 409, reads again and adds its chip to the winner's list."""
+    env = {
+        **os.environ,
+        "PATH": f"{PLUGIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(plane.kubeconfig),
+    }
+    procs = [
+        subprocess.Popen(
+            [plane.binary("kubectl"), "vnpu", "cordon", "cli-a", str(chip), "--reason", f"r{chip}"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
+        for chip in range(6)
+    ]
+    try:
+        for proc in procs:
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+        assert cordoned_chips(plane, "cli-a") == [
+            {"chip": chip, "reason": f"r{chip}"} for chip in range(6)
+        ]
+    finally:
+        plane.kubectl(
+            "patch", "vnpunode", "cli-a", "--type=merge", "-p", '{"spec":{"cordonedChips":null}}'
+        )
+
+
+def test_a_namespace_user_cannot_cordon(cluster: Stack, plane: LocalPlane, tmp_path: Path) -> None:
+    user = plane.token_kubeconfig(tmp_path / "user.kubeconfig", "default", TEAM_A)
+    out = kubectl_vnpu(plane, "cordon", "cli-b", "0", "--reason", "mine", "--kubeconfig", str(user))
+    assert out.returncode == 1
+    assert out.stderr.startswith("error: not allowed to get vnpunode cli-b"), out.stderr
+    assert cordoned_chips(plane, "cli-b") == []

@@ -1,0 +1,82 @@
+"""`kubectl vnpu cordon|uncordon NODE CHIP`: the one write the plugin makes,
+the VNPUNode's `spec.cordonedChips` (issue 15, item 2; docs/DECISIONS.md,
+"Cordon a chip", describes the write this wraps).
+
+Read the VNPUNode, build the new list, send one JSON merge patch carrying the
+read's resourceVersion: two admins cordoning different chips of a node at
+once get a 409 and read again, instead of one list overwriting the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from vnpu_cli.errors import CliError
+from vnpu_cli.snapshot import Raw
+from vnpu_common import names
+from vnpu_common.api.models import CordonedChip, VNPUNodeSpec
+
+# Conflicting writers of one node's cordon list: more than a few in a row is
+# not a race any more but something to look at.
+ATTEMPTS = 5
+
+
+def current(vnpu_node: Raw) -> list[CordonedChip]:
+    """The cordon list as the object holds it; CliError when it is malformed
+    (the CRD's schema should have refused that)."""
+    name = (vnpu_node.get("metadata") or {}).get("name")
+    try:
+        return VNPUNodeSpec.model_validate(vnpu_node.get("spec") or {}).cordoned_chips
+    except ValidationError as exc:
+        raise CliError(f"VNPUNode {name} has an unreadable spec.cordonedChips: {exc}") from exc
+
+
+def changed(entries: list[CordonedChip], chip: int, reason: str | None) -> list[CordonedChip]:
+    """`entries` with `chip` cordoned for `reason` (replacing an earlier
+    reason), or uncordoned when `reason` is None; order kept, by chip."""
+    kept = [e for e in entries if e.chip != chip]
+    if reason is not None:
+        try:
+            kept.append(CordonedChip(chip=chip, reason=reason))
+        except ValidationError as exc:
+            problems = "; ".join(str(e["msg"]) for e in exc.errors())
+            raise CliError(
+                f"cannot cordon chip {chip}: {problems} (chip 0..1023, reason 1.."
+                f"{names.CORDON_REASON_MAX_LEN} characters)"
+            ) from exc
+    return sorted(kept, key=lambda e: e.chip)
+
+
+def patch_body(vnpu_node: Raw, entries: list[CordonedChip]) -> dict[str, Any]:
+    """Merge patch replacing the list, guarded by the read's resourceVersion."""
+    version = (vnpu_node.get("metadata") or {}).get("resourceVersion")
+    return {
+        "metadata": {"resourceVersion": version},
+        "spec": {"cordonedChips": [e.to_api() for e in entries]},
+    }
+
+
+def outcome(node: str, chip: int, reason: str | None, before: list[CordonedChip]) -> str:
+    """The sentence kubectl would print, e.g. `vnpunode/n1 chip 3 cordoned`."""
+    was = next((e for e in before if e.chip == chip), None)
+    where = f"{names.NODE_SINGULAR}/{node} chip {chip}"
+    if reason is None:
+        return f"{where} uncordoned" if was is not None else f"{where} was not cordoned"
+    if was is not None and was.reason == reason:
+        return f"{where} already cordoned ({reason})"
+    return f"{where} cordoned ({reason})"
+
+
+def report(node: str, chip: int, message: str, entries: list[CordonedChip]) -> dict[str, Any]:
+    return {
+        "node": node,
+        "chip": chip,
+        "message": message,
+        "cordonedChips": [e.to_api() for e in entries],
+    }
+
+
+def text(result: dict[str, Any]) -> str:
+    return f"{result['message']}\n"
