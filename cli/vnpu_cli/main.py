@@ -20,6 +20,7 @@ from vnpu_cli import cordon, kube, status, usage, why
 from vnpu_cli.errors import CliError
 from vnpu_cli.snapshot import Snapshot
 from vnpu_common import names
+from vnpu_common.rawcall import describe
 
 DEFAULT_AGENT_NAMESPACE = "vnpu-system"
 
@@ -174,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = asyncio.run(_run(args))
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ApiException as exc:
+        # What no command turned into a sentence of its own (401, 5xx, ...).
+        print(f"error: the API server answered {describe(exc)}", file=sys.stderr)
         return 1
     sys.stdout.write(render(args.command, report, getattr(args, "output", "text")))
     return 0

@@ -59,6 +59,7 @@ def build(pod: Raw, snapshot: Snapshot) -> dict[str, Any]:
         "vnpus": [],
         "nodes": [],
         "fitsOn": None,
+        "summary": None,
     }
     uid = meta.get("uid")
     mine = [(a, raw) for a, raw in snapshot.parsed_allocations() if a.pod_uid == uid]

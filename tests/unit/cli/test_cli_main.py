@@ -59,3 +59,43 @@ def test_unknown_context_is_an_error(capsys: pytest.CaptureFixture[str], tmp_pat
     )
     assert main(["status", "--kubeconfig", str(kubeconfig), "--context", "nope"]) == 1
     assert "error: cannot use kubeconfig" in capsys.readouterr().err
+
+
+def test_an_api_error_is_a_sentence(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A server that answers 401 to everything: no traceback, exit 1."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"kind":"Status","message":"Unauthorized","code":401}'
+            self.send_response(401, "Unauthorized")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, *_: object) -> None:
+            pass  # the client hangs up on the other lists once one fails
+
+    server = Server(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kubeconfig = tmp_path / "config"
+        kubeconfig.write_text(
+            f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{server.server_address[1]}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+"""
+        )
+        assert main(["status", "--kubeconfig", str(kubeconfig)]) == 1
+        assert capsys.readouterr().err == "error: the API server answered 401 Unauthorized\n"
+    finally:
+        server.shutdown()
