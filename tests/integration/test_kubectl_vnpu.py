@@ -77,6 +77,19 @@ def allocated(pod: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 @pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlane]:
+    """A plane of this module's own (it overrides the session's): status and usage
+    cover the whole cluster, and the golden output must not depend on what other
+    modules left behind (in the full suite it did)."""
+    own = LocalPlane(Path(tmp_path_factory.mktemp("kubectl-vnpu-plane")))
+    own.start(progress=lambda msg: print(f"[localplane] {msg}"))
+    own.install_crds()
+    yield own
+    own.stop()
+    own.rmtree()
+
+
+@pytest.fixture(scope="module")
 def cluster(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """cli-a: one 910B3 chip, filled by team-a/big (2 x vir10_3c_32g).
     cli-b: one 310P3 chip with team-b/small (1 x vir01). team-a/wait asks for
@@ -110,10 +123,12 @@ def cluster(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 timeout=60,
             )
         wait_for(
-            "every allocation Ready",
+            # This module's: other modules may leave allocations on nodes no agent serves.
+            "every allocation of the two teams Ready",
             lambda: all(
                 (a.get("status") or {}).get("phase") == names.PHASE_READY
-                for a in get_json(plane, "vnpuallocations", "-A")["items"]
+                for ns in (TEAM_A, TEAM_B)
+                for a in get_json(plane, "vnpuallocations", "-n", ns)["items"]
             ),
             timeout=60,
         )

@@ -122,6 +122,8 @@ def test_get_vnpunodes_shows_the_declared_columns(plane: LocalPlane) -> None:
             "chipCount": 2,
             "vnpuCount": 1,
             "freeAICore": 35,
+            "cordoned": "1",
+            "unhealthy": "0",
             "conditions": [
                 {
                     "type": "Ready",
@@ -138,8 +140,10 @@ def test_get_vnpunodes_shows_the_declared_columns(plane: LocalPlane) -> None:
         "-p", json.dumps(status),
     )  # fmt: skip
     out = plane.kubectl("get", names.NODE_PLURAL, "cols-1").stdout.splitlines()
-    assert out[0].split() == ["NAME", "CHIPS", "VNPUS", "FREE-AICORE", "READY", "AGE"]
-    assert out[1].split()[:5] == ["cols-1", "2", "1", "35", "True"]
+    assert out[0].split() == [
+        "NAME", "CHIPS", "VNPUS", "FREE-AICORE", "READY", "CORDONED", "UNHEALTHY", "AGE",
+    ]  # fmt: skip
+    assert out[1].split()[:7] == ["cols-1", "2", "1", "35", "True", "1", "0"]
 
 
 @pytest.mark.parametrize(
