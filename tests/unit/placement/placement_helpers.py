@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vnpu_common.api.models import ChipStatus, TemplateResources, VNPUInfo, VNPUNodeStatus
-from vnpu_operator.placement import NodeInventory, PodRequest
+from vnpu_operator.placement import NodeInventory, NoFit, Placement, PodRequest
 
 GB = 1024
 
@@ -152,3 +152,13 @@ def expr(key: str, operator: str, *values: str) -> dict[str, Any]:
     if values:
         out["values"] = list(values)
     return out
+
+
+def placed(result: Placement | NoFit) -> Placement:
+    assert isinstance(result, Placement), str(result)
+    return result
+
+
+def nofit(result: Placement | NoFit) -> NoFit:
+    assert isinstance(result, NoFit), result
+    return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from placement_helpers import chip, node, request
+from placement_helpers import chip, node, nofit, placed, request
 from prometheus_client import CollectorRegistry
 
 from vnpu_operator.config import OperatorSettings
@@ -15,20 +15,8 @@ from vnpu_operator.placement import (
     Allocation,
     Ledger,
     NodeInventory,
-    NoFit,
-    Placement,
     Reason,
 )
-
-
-def placed(result: Placement | NoFit) -> Placement:
-    assert isinstance(result, Placement), str(result)
-    return result
-
-
-def nofit(result: Placement | NoFit) -> NoFit:
-    assert isinstance(result, NoFit), result
-    return result
 
 
 def booked_on(node_name: str, chip_index: int, vnpu_id: int, name: str) -> Allocation:

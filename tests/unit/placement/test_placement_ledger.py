@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from placement_helpers import affinity, chip, expr, node, request
+from placement_helpers import affinity, chip, expr, node, nofit, placed, request
 
 from vnpu_common import names
 from vnpu_common.api.models import ObjectMeta, VNPUAllocation
@@ -27,16 +27,6 @@ from vnpu_operator.placement import (
 
 def ledger_with(*inventories: NodeInventory) -> Ledger:
     return Ledger.rebuild(inventories, ())
-
-
-def placed(result: Placement | NoFit) -> Placement:
-    assert isinstance(result, Placement), str(result)
-    return result
-
-
-def nofit(result: Placement | NoFit) -> NoFit:
-    assert isinstance(result, NoFit), result
-    return result
 
 
 def slots(p: Placement) -> list[tuple[str, int]]:
