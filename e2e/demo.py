@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import shlex
 import signal
 import subprocess
@@ -397,6 +398,43 @@ def story(plane: LocalPlane, workdir: Path, procs: dict[str, Any]) -> None:
     wait_running(plane, ["infer-b"], timeout=30)
     kubectl(plane, "get", "pods", "-n", NS, "-o", POD_COLUMNS)
     show_events(plane, "infer-b")
+
+    banner(
+        "an admin cordons a chip",
+        """Chip 1 of npu-310p-1 is taken out of service with a reason, without draining
+        the node: infer-b's vNPU on it stays, nothing new goes there. The cordon is the
+        VNPUNode's spec.cordonedChips, written by cluster admins only (`kubectl vnpu
+        cordon NODE CHIP --reason R` does the same patch).""",
+    )
+    cordon = {"spec": {"cordonedChips": [{"chip": 1, "reason": "fan failing"}]}}
+    kubectl(plane, "patch", "vnpunode", "npu-310p-1", "--type=merge", "-p", json.dumps(cordon))
+    wait_for(
+        "the cordon in the VNPUNode's columns",
+        lambda: (
+            (plane.get_json(names.NODE_PLURAL, "npu-310p-1") or {})
+            .get("status", {})
+            .get("cordoned")
+            == "1"
+        ),
+        timeout=30,
+    )
+    kubectl(plane, "get", "vnpunodes")
+    if phase_of(plane, "infer-b") != "Running":
+        raise DemoError("infer-b was disturbed by the cordon")
+    say("infer-b ends; infer-c wants both 310P3 chips, one of which is cordoned")
+    kubectl(plane, "delete", "pod", "infer-b", "-n", NS)
+    run_pod(plane, "infer-c", "vir04", count=2, chip_model="310P3")
+    wait_for(
+        "infer-c told the chip is cordoned",
+        lambda: "cordoned" in (allocated_condition(plane, "infer-c") or {}).get("message", ""),
+        timeout=30,
+    )
+    kubectl(plane, "get", "pod", "infer-c", "-n", NS, "-o", CONDITION_JSONPATH)
+    say("the chip is back in service: infer-c is placed at once")
+    kubectl(plane, "patch", "vnpunode", "npu-310p-1", "--type=merge",
+            "-p", json.dumps({"spec": {"cordonedChips": None}}))  # fmt: skip
+    wait_running(plane, ["infer-c"], timeout=30)
+    kubectl(plane, "get", "pods", "-n", NS, "-o", POD_COLUMNS)
 
     banner(
         "deleting every pod destroys every vNPU",
