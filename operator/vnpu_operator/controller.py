@@ -184,13 +184,6 @@ class Controller:
                 self.expect.seen(Write.UNGATE, uid)
             if not has_finalizer(pod):
                 self.expect.seen(Write.UNFINALIZE, uid)
-            state = self.state(uid)
-            if (
-                (is_deleting(pod) or is_terminal(pod))
-                and containers_stopped(pod, node_gone=self._node_gone(pod))
-                and state.releasing_since is None
-            ):
-                state.releasing_since = self.clock()
         self.kick(uid)
 
     def allocation_seen(self, obj: Raw) -> None:
@@ -252,6 +245,9 @@ class Controller:
             pod = self.pods.get(pod_uid)
             if pod is not None:
                 self._spawn(self.notices.node_not_live(pod, node, why))
+                # A deleted pod there waits for its containers to stop, which
+                # a node that is gone settles (lifecycle.containers_stopped).
+                self.kick(pod_uid)
 
     # ------------------------------------------------------------ scheduling
 
@@ -316,6 +312,13 @@ class Controller:
         if pod is None:
             await self._pod_gone(uid, views)
             return
+        node_gone = self._node_gone(pod)
+        if (
+            state.releasing_since is None
+            and (is_deleting(pod) or is_terminal(pod))
+            and containers_stopped(pod, node_gone=node_gone)
+        ):
+            state.releasing_since = self.clock()
         step = decide(
             pod,
             views,
@@ -324,7 +327,7 @@ class Controller:
             released_by_us=self.expect.keys(Write.DELETE),
             vanished=state.vanished,
             lost_told=state.lost_told,
-            node_gone=self._node_gone(pod),
+            node_gone=node_gone,
         )
         log.debug("pod %s (%s): %s %s", _key(pod), uid, step.kind, step.message)
         for edit in hand_edits(pod, views):

@@ -300,6 +300,34 @@ async def test_expired_lease_stops_placements_but_keeps_allocations() -> None:
     assert w.created()[-1]["spec"]["podUID"] == "u2"
 
 
+async def test_a_deleted_pod_keeps_its_vnpus_until_its_containers_cannot_run() -> None:
+    w = World(lease_grace_seconds=0)
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod())
+    await w.settle()
+    w.echo_created(names.PHASE_READY)
+    await w.settle()
+    terminating = pod()
+    terminating["spec"].pop("schedulingGates")
+    terminating["spec"]["nodeName"] = "n1"
+    terminating["status"]["phase"] = "Running"
+    terminating["metadata"].update(
+        deletionTimestamp="2026-01-01T00:00:30Z", deletionGracePeriodSeconds=30
+    )
+    w.controller.pod_event("MODIFIED", terminating)
+    await w.settle()
+    assert w.api.of("delete_allocation") == []  # the kubelet's grace period runs
+
+    # The node goes (no Node, no live Lease): no kubelet will ever report the
+    # pod, and no other pod event comes; the release follows at once.
+    w.now += 60
+    w.controller.inventories.node_event("DELETED", node_obj("n1"))
+    w.controller.inventories.leases.lease_event("MODIFIED", lease("n1", NOW))
+    await w.settle()
+    assert len(w.api.of("delete_allocation")) == 1
+
+
 async def test_allocation_of_an_unknown_pod_is_released() -> None:
     w = World()
     w.add_node("n1")
