@@ -36,6 +36,8 @@ import yaml
 from localplane import ociimage
 from localplane.plane import REPO_ROOT, LocalPlane, PlaneError, run_build_script
 from localplane.waiting import wait_for
+from vnpu_agent.cdi import CDI_KIND
+from vnpu_agent.drivers.sim import NULL_DEVICE
 from vnpu_common import certs
 
 NODE_BUILD_SCRIPT = REPO_ROOT / "hack" / "node" / "build.sh"
@@ -154,11 +156,11 @@ class RealNode:
 
     def add_davinci_manager(self) -> None:
         """The control device an Ascend host has and the runtime adds to every
-        vNPU container: a null device (1:3) here."""
+        vNPU container: the sim's null device here."""
         manager = self.device_dir / "davinci_manager"
         self.device_dir.mkdir(parents=True, exist_ok=True)
         manager.unlink(missing_ok=True)
-        os.mknod(manager, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        os.mknod(manager, stat.S_IFCHR | 0o666, os.makedev(*NULL_DEVICE))
 
     @property
     def cdi_dir(self) -> Path:
@@ -519,7 +521,7 @@ state = '{c / "state"}'
 
     # -- CDI requester -----------------------------------------------------
 
-    def start_cdi_test_plugin(self, name: str, ids: list[int], kind: str = "vnpu.io/vnpu") -> str:
+    def start_cdi_test_plugin(self, name: str, ids: list[int], kind: str = CDI_KIND) -> str:
         """Registers the extended resource `cdi-test.vnpu.io/<name>` with the
         kubelet, one device per id; a container that requests it gets the CDI
         devices `<kind>=<id>` injected by containerd (from `cdi_dir`). Returns
