@@ -378,6 +378,23 @@ def test_documented_uninstall_order_leaves_no_pod_and_no_vnpu(
     for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
         assert plane.get_json(kind, names.WEBHOOK_CONFIG_NAME) is None, kind
     assert plane.get_json("runtimeclass", RUNTIME_CLASS) is None
-    # Nothing of the release runs in containerd any more (sandboxes included).
-    tasks = release.node.ctr("tasks", "ls").stdout
-    assert "vnpu-operator" not in release.node.ctr("containers", "ls").stdout, tasks
+    # Nothing of the release runs in containerd any more ...
+    ours = _release_containers(release)
+    running = {
+        row.split()[0]
+        for row in release.node.ctr("tasks", "ls").stdout.splitlines()[1:]
+        if row.split() and row.split()[-1] == "RUNNING"
+    }
+    assert not ours & running, f"release containers still running: {ours & running}"
+    # ... and the kubelet's container GC (every minute) removes their records.
+    wait_for(
+        "the release's stopped containers removed",
+        lambda: not _release_containers(release),
+        120,
+        interval=2,
+    )
+
+
+def _release_containers(release: Release) -> set[str]:
+    rows = release.node.ctr("containers", "ls").stdout.splitlines()[1:]
+    return {row.split()[0] for row in rows if "vnpu-operator" in row}
