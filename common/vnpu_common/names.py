@@ -31,6 +31,18 @@ ANN_COUNT: Final = f"{GROUP}/count"
 ANN_CHIP_MODEL: Final = f"{GROUP}/chip-model"
 ANN_CONTAINERS: Final = f"{GROUP}/containers"
 
+# Extended resources: the webhook charges each vNPU pod its template's AICore,
+# device memory (MB, as the driver counts it) and vNPU count in container
+# requests, and the operator advertises each node's totals in Node status, so
+# that ResourceQuota (requests.vnpu.io/...) and Kueue count vNPUs with no API of
+# our own. Only the webhook sets them; a pod that asks for no vNPUs may not.
+RESOURCE_PREFIX: Final = f"{GROUP}/"
+RES_AICORE: Final = f"{GROUP}/aicore"
+RES_MEMORY_MB: Final = f"{GROUP}/memory-mb"
+RES_VNPUS: Final = f"{GROUP}/vnpus"
+EXTENDED_RESOURCES: Final = (RES_AICORE, RES_MEMORY_MB, RES_VNPUS)
+QUOTA_PREFIX: Final = "requests."  # ResourceQuota's key for a request: requests.vnpu.io/aicore
+
 # What the system sets on a pod. The label marks every pod the webhook admitted,
 # so the operator can list exactly those (its caches' convergence check).
 LABEL_MANAGED: Final = f"{GROUP}/managed"

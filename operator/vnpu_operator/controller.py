@@ -28,6 +28,8 @@ from vnpu_common.backoff import Backoff
 from vnpu_common.rawcall import describe
 from vnpu_common.workqueue import WorkQueue
 from vnpu_operator.admission import OfferedTemplates
+from vnpu_operator.admission.quotas import QuotaBook
+from vnpu_operator.advertise import Advertiser
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.inventories import Inventories
 from vnpu_operator.kubeapi import OperatorApi
@@ -97,7 +99,19 @@ class Controller:
         self.clock = clock
         self.ledger = Ledger()
         self.inventories = Inventories(
-            self.ledger, settings, grown=self.kick_waiting, lost=self._node_lost, wall=wall
+            self.ledger,
+            settings,
+            grown=self.kick_waiting,
+            lost=self._node_lost,
+            refreshed=lambda name: self.advertiser.changed(name),
+            wall=wall,
+        )
+        self.advertiser = Advertiser(
+            api,
+            self.ledger,
+            self.inventories.nodes,
+            ready=lambda: self.synced,
+            retry_max_seconds=settings.retry_max_seconds,
         )
         self.queue = WorkQueue(
             self.reconcile,
@@ -107,6 +121,8 @@ class Controller:
             expected=(ApiException,),
         )
         self.synced = False
+        # The namespaces' vNPU quotas, for the webhook's refusals.
+        self.quotas = QuotaBook()
 
         # Caches: slim copies of what the watches deliver, by UID or name.
         self.pods: dict[str, Raw] = {}
@@ -149,7 +165,10 @@ class Controller:
             return None
         epoch = self.ledger.catalog_epoch
         if self._offered is None or self._offered[0] != epoch:
-            self._offered = (epoch, OfferedTemplates(self.ledger.offered()))
+            self._offered = (
+                epoch,
+                OfferedTemplates(self.ledger.offered(), self.ledger.template_sizes()),
+            )
         return self._offered[1]
 
     # ------------------------------------------------------------ feeding
@@ -161,6 +180,7 @@ class Controller:
             self.synced = True
             for uid in sorted(set(self.pods) | set(self.allocs_by_pod)):
                 self.kick(uid)
+            self.advertiser.all()
             log.info(
                 "synced: %d node(s), %d allocation(s), %d pod(s)",
                 len(self.inventories.vnpunodes),
@@ -284,8 +304,14 @@ class Controller:
 
     async def idle(self) -> None:
         """Waits until no reconcile or side task is running (tests)."""
-        while len(self.queue) or self._side_tasks or self._waiting_kick is not None:
+        while (
+            len(self.queue)
+            or len(self.advertiser.queue)
+            or self._side_tasks
+            or self._waiting_kick is not None
+        ):
             await self.queue.idle()
+            await self.advertiser.queue.idle()
             await asyncio.gather(*self._side_tasks, return_exceptions=True)
             await asyncio.sleep(0)
 

@@ -157,6 +157,11 @@ def register(
         kind = "DELETED" if deleted(event) else None
         controller.inventories.node_event(kind, event["object"])
 
+    # The namespaces' vNPU quotas: the webhook refuses a pod over one in our words.
+    @kopf.on.event("", "v1", "resourcequotas", registry=registry)
+    async def quota_event(event: kopf.RawEvent, **_: Any) -> None:
+        controller.quotas.seen(event["object"], deleted=deleted(event))
+
     # ------------------------------------------------------ pods
     # Indexed too: an allocation whose pod is not in the cache is released,
     # which is only right once every pod has been listed.

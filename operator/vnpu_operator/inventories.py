@@ -29,13 +29,16 @@ class Inventories:
         *,
         grown: Callable[[], None],
         lost: Callable[[str, str], None],
+        refreshed: Callable[[str], None] = lambda _name: None,
         wall: Callable[[], float] = time.time,
     ) -> None:
         """`grown()` when a node's inventory changed (capacity may have
-        grown); `lost(node, why)` when a live node stops being live."""
+        grown); `lost(node, why)` when a live node stops being live;
+        `refreshed(node)` after any change to a node's VNPUNode or Node."""
         self.ledger = ledger
         self.grown = grown
         self.lost = lost
+        self.refreshed = refreshed
         self.leases = LeaseLiveness(
             settings.agent_namespace, settings.lease_grace_seconds, self.refresh, wall=wall
         )
@@ -72,6 +75,10 @@ class Inventories:
         self.refresh(name)
 
     def refresh(self, name: str) -> None:
+        self._refresh(name)
+        self.refreshed(name)
+
+    def _refresh(self, name: str) -> None:
         vnpu_node = self.vnpunodes.get(name)
         old = self.ledger.node(name)
         if vnpu_node is None:

@@ -20,7 +20,7 @@ from prometheus_client import Counter
 
 from vnpu_common import names
 from vnpu_common.events import event_body, now_rfc3339
-from vnpu_common.patches import JSON_PATCH, STRATEGIC, finalizer_removal
+from vnpu_common.patches import JSON_PATCH, MERGE, STRATEGIC, finalizer_removal
 from vnpu_common.rawcall import call, call_json
 from vnpu_operator.placement import Allocation
 
@@ -153,6 +153,14 @@ class OperatorApi:
             _content_type=JSON_PATCH,
             done=(404, 422),
         )
+
+    async def patch_node_status(self, name: str, patch: dict[str, Any]) -> None:
+        """A merge patch of a Node's status (our extended resources); a node
+        gone meanwhile needs nothing."""
+        await self._write(
+            "patch_node_status", self.core.patch_node_status, name, patch,
+            _content_type=MERGE, done=(404,),
+        )  # fmt: skip
 
     async def pod_gone(self, pod: Mapping[str, Any]) -> bool:
         """A read, not a write: True when the pod, or at least the one with

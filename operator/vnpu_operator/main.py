@@ -45,7 +45,7 @@ async def run(settings: OperatorSettings) -> None:
         lambda: controller.synced,
         "caches not synced",
     )
-    webhook = WebhookServer(settings, controller.offered_templates)
+    webhook = WebhookServer(settings, controller.offered_templates, controller.quotas)
     await webhook.start()
     await webhook.register(api_client)
 

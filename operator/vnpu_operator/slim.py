@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vnpu_common import names
+
 Raw = dict[str, Any]
 
 # What the operator reads of a pod's spec: placement (selector, affinity,
@@ -36,11 +38,25 @@ def slim_pod(pod: Mapping[str, Any]) -> Raw:
 
 
 def slim_node(node: Mapping[str, Any]) -> Raw:
-    """Labels and taints: what placement and pinning read of a Node."""
+    """Labels and taints, what placement and pinning read of a Node, and our
+    extended resources in its status, which the operator advertises."""
     meta, spec = node.get("metadata") or {}, node.get("spec") or {}
     return {
         "metadata": {"name": str(meta.get("name", "")), "labels": dict(meta.get("labels") or {})},
         "spec": {"taints": list(spec.get("taints") or [])},
+        "status": extended_resources(node.get("status") or {}),
+    }
+
+
+def extended_resources(status: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Our resources (vnpu.io/...) in a Node's status, per section."""
+    return {
+        section: {
+            k: v
+            for k, v in (status.get(section) or {}).items()
+            if k.startswith(names.RESOURCE_PREFIX)
+        }
+        for section in ("capacity", "allocatable")
     }
 
 

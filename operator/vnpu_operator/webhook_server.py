@@ -27,6 +27,7 @@ from vnpu_operator.admission import (
     validating_webhook_configuration,
 )
 from vnpu_operator.admission.configurations import WebhookTarget
+from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.webhook import OfferedSource, create_app
 from vnpu_operator.config import OperatorSettings
 
@@ -51,9 +52,12 @@ def webhook_target(settings: OperatorSettings) -> WebhookTarget | None:
 
 
 class WebhookServer:
-    def __init__(self, settings: OperatorSettings, offered: OfferedSource) -> None:
+    def __init__(
+        self, settings: OperatorSettings, offered: OfferedSource, quotas: QuotaBook
+    ) -> None:
         self.settings = settings
         self.offered = offered
+        self.quotas = quotas
         self.ca_pem: bytes | None = None
         self._runner: web.AppRunner | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="vnpu-webhook-")
@@ -83,7 +87,9 @@ class WebhookServer:
         return context
 
     async def start(self) -> None:
-        app = create_app(self.offered, runtime_class_name=self.settings.runtime_class_name)
+        app = create_app(
+            self.offered, runtime_class_name=self.settings.runtime_class_name, quotas=self.quotas
+        )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(

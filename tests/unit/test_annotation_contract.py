@@ -40,12 +40,16 @@ ANNOTATIONS_READ: Final = (T, N, M, C)
 LONG_TEMPLATE: Final = "vir05_" + "a" * 25  # 31 characters, the most a driver prints
 LONG_MODEL: Final = "M" + "x" * 62  # 63 characters, the most a chip model may have
 ODD_MODEL: Final = "Ascend-910.B_3"
-OFFERED: Final = OfferedTemplates(
+OFFERED: Final = OfferedTemplates.of_sizes(
     {
-        "910B3": frozenset({"vir05_1c_16g", "vir10_3c_32g", LONG_TEMPLATE}),
-        "310P3": frozenset({"vir01", "vir02"}),
-        ODD_MODEL: frozenset({"vir05_1c_16g"}),
-        LONG_MODEL: frozenset({"vir01"}),
+        "910B3": {
+            "vir05_1c_16g": (5, 16384),
+            "vir10_3c_32g": (10, 32768),
+            LONG_TEMPLATE: (5, 16384),
+        },
+        "310P3": {"vir01": (1, 3072), "vir02": (2, 6144)},
+        ODD_MODEL: {"vir05_1c_16g": (5, 16384)},
+        LONG_MODEL: {"vir01": (1, 3072)},
     }
 )
 UID: Final = "4a4b6e0c-9d7e-4a57-8a43-2f0d4f1c0b11"

@@ -12,6 +12,8 @@ from typing import Any, Final
 
 from vnpu_common import names
 from vnpu_common.patches import json_pointer
+from vnpu_common.quantity import quantity_value
+from vnpu_operator.admission.charges import Charge
 from vnpu_operator.annotations import (
     AdmissionError,
     ContainerRef,
@@ -38,7 +40,9 @@ def runtime_options_env() -> dict[str, Any]:
     return {"name": names.ENV_RUNTIME_OPTIONS, "value": names.RUNTIME_OPTIONS_VIRTUAL}
 
 
-def mutate_pod(pod: Mapping[str, Any], runtime_class_name: str = "") -> list[JsonPatchOp]:
+def mutate_pod(
+    pod: Mapping[str, Any], runtime_class_name: str = "", charge: Charge | None = None
+) -> list[JsonPatchOp]:
     """Ops adding the scheduling gate, the finalizer and the env; [] for pods not
     asking for vNPUs. Raises AnnotationError for a malformed request and
     AdmissionError for a pod whose fields have the wrong shape.
@@ -46,7 +50,11 @@ def mutate_pod(pod: Mapping[str, Any], runtime_class_name: str = "") -> list[Jso
     With `runtime_class_name`, a pod that names no RuntimeClass gets that one
     (the runtime that maps vNPUs into containers, Ascend Docker Runtime on
     Ascend hosts). A pod that names another keeps it: its owner chose a
-    runtime, perhaps one that wraps Ascend's, and we cannot tell."""
+    runtime, perhaps one that wraps Ascend's, and we cannot tell.
+
+    With `charge`, one container requests it (vnpu.io/aicore, memory-mb,
+    vnpus) and no other container requests any vnpu.io resource: quota counts
+    exactly what the ledger books, whatever the user wrote."""
     if not requests_vnpus(pod):
         return []
     request = parse_request(pod)
@@ -72,6 +80,8 @@ def mutate_pod(pod: Mapping[str, Any], runtime_class_name: str = "") -> list[Jso
     for ref in _selected(pod, request.containers):
         container = spec[ref.field][ref.index]
         ops += _env_ops(ref, container.get("env"))
+    if charge is not None:
+        ops += _charge_ops(pod, _charged(pod, request.containers), charge)
     if runtime_class_name and not spec.get("runtimeClassName"):
         ops.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class_name})
     return ops
@@ -114,6 +124,57 @@ def _selected(pod: Mapping[str, Any], wanted: tuple[str, ...] | None) -> list[Co
     if wanted is None:
         return refs
     return [ref for ref in refs if ref.name in wanted]
+
+
+def _charged(pod: Mapping[str, Any], wanted: tuple[str, ...] | None) -> ContainerRef | None:
+    # A regular container: an init container's requests count only as the max
+    # with the others, and a sidecar's the same as a regular one's.
+    regular = [ref for ref in pod_containers(pod) if ref.field == "containers"]
+    chosen = [ref for ref in regular if wanted is None or ref.name in wanted]
+    return (chosen or regular)[0] if regular else None
+
+
+def _charge_ops(
+    pod: Mapping[str, Any], target: ContainerRef | None, charge: Charge
+) -> list[JsonPatchOp]:
+    if target is None:
+        raise AdmissionError(["spec.containers: the pod has no container to charge its vNPUs to"])
+    ops: list[JsonPatchOp] = []
+    spec = pod["spec"]
+    for ref in pod_containers(pod):
+        container = spec[ref.field][ref.index]
+        base = ("spec", ref.field, ref.index, "resources")
+        resources = container.get("resources")
+        if resources is not None and not isinstance(resources, dict):
+            raise AdmissionError([f"spec.{ref.field}[{ref.index}].resources is not an object"])
+        wanted = charge.resources() if ref == target else {}
+        if resources is None:
+            if wanted:
+                value = {"limits": dict(wanted), "requests": dict(wanted)}
+                ops.append({"op": "add", "path": json_pointer(*base), "value": value})
+            continue
+        for section in ("limits", "requests"):
+            ops += _section_ops((*base, section), resources.get(section), wanted)
+    return ops
+
+
+def _section_ops(
+    path: tuple[str | int, ...], current: object, wanted: dict[str, str]
+) -> list[JsonPatchOp]:
+    if current is None:
+        return [{"op": "add", "path": json_pointer(*path), "value": dict(wanted)}] if wanted else []
+    if not isinstance(current, dict):
+        raise AdmissionError([f"{'.'.join(str(p) for p in path[1:])} is not an object"])
+    ops: list[JsonPatchOp] = []
+    for key in current:
+        if key.startswith(names.RESOURCE_PREFIX) and key not in wanted:
+            ops.append({"op": "remove", "path": json_pointer(*path, key)})
+    for key, value in wanted.items():
+        if key not in current:
+            ops.append({"op": "add", "path": json_pointer(*path, key), "value": value})
+        elif quantity_value(current[key]) != int(value):
+            ops.append({"op": "replace", "path": json_pointer(*path, key), "value": value})
+    return ops
 
 
 def _env_ops(ref: ContainerRef, env: object) -> list[JsonPatchOp]:

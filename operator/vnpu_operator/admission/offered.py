@@ -18,20 +18,33 @@ class OfferedTemplates:
     """
 
     by_model: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # (model, template) -> (AICore, memory MB) of one vNPU: what a pod is charged.
+    sizes: Mapping[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Frozen for real: the operator swaps in a new value on inventory change
         # while the webhook may still read the old one.
         frozen = {model: frozenset(templates) for model, templates in self.by_model.items()}
         object.__setattr__(self, "by_model", MappingProxyType(frozen))
+        object.__setattr__(self, "sizes", MappingProxyType(dict(self.sizes)))
 
     @classmethod
     def from_node_statuses(cls, statuses: Iterable[VNPUNodeStatus]) -> OfferedTemplates:
         offered: dict[str, set[str]] = {}
+        sizes: dict[tuple[str, str], tuple[int, int]] = {}
         for status in statuses:
             for chip in status.chips:
                 offered.setdefault(chip.model, set()).update(t.name for t in chip.templates)
-        return cls({model: frozenset(names) for model, names in offered.items() if names})
+                for t in chip.templates:
+                    sizes.setdefault((chip.model, t.name), (t.aicore, t.memory_mb))
+        return cls({model: frozenset(names) for model, names in offered.items() if names}, sizes)
+
+    @classmethod
+    def of_sizes(cls, sizes: Mapping[str, Mapping[str, tuple[int, int]]]) -> OfferedTemplates:
+        """From model -> template -> (AICore, memory MB)."""
+        by_model = {model: frozenset(templates) for model, templates in sizes.items()}
+        flat = {(m, t): size for m, templates in sizes.items() for t, size in templates.items()}
+        return cls(by_model, flat)
 
     @property
     def empty(self) -> bool:
@@ -54,3 +67,15 @@ class OfferedTemplates:
         return "; ".join(
             f"{m}: {', '.join(sorted(self.by_model.get(m, frozenset())))}" for m in models
         )
+
+    def size(self, template: str, model: str | None = None) -> tuple[int, int] | None:
+        """(AICore, memory MB) of one vNPU of `template`; None when no offering
+        model knows it or the offering models size it differently (the pod
+        must then name its chip model: a charge must equal what it takes)."""
+        models = [model] if model is not None else self.models_offering(template)
+        found = {self.sizes[(m, template)] for m in models if (m, template) in self.sizes}
+        return next(iter(found)) if len(found) == 1 else None
+
+    def sizes_by_model(self, template: str) -> dict[str, tuple[int, int]]:
+        return {m: self.sizes[(m, template)] for m in self.models_offering(template)
+                if (m, template) in self.sizes}  # fmt: skip

@@ -17,10 +17,12 @@ from typing import Any, Final
 from aiohttp import web
 
 from vnpu_common import names
+from vnpu_operator.admission.charges import Charge, charge_for
 from vnpu_operator.admission.mutation import JsonPatchOp, mutate_pod
 from vnpu_operator.admission.offered import OfferedTemplates
+from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.validation import validate_pod
-from vnpu_operator.annotations import AdmissionError, requests_vnpus
+from vnpu_operator.annotations import AdmissionError, parse_request, requests_vnpus
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,11 @@ ADMISSION_API_VERSION: Final = "admission.k8s.io/v1"
 ADMISSION_KIND: Final = "AdmissionReview"
 # A pod of many containers stays far below this; the API server caps objects at ~3 MiB.
 MAX_BODY_BYTES: Final = 4 * 1024 * 1024
+
+NOT_SYNCED: Final = (
+    "the vnpu-operator has not yet read the cluster's chips (it is starting); "
+    "create the pod again in a few seconds"
+)
 
 # Returns what the cluster offers now, or None while the operator's inventory is
 # not synced yet (see validate_pod).
@@ -41,29 +48,53 @@ class Decision:
     patch: list[JsonPatchOp] = field(default_factory=list)
 
 
+OverQuota = Callable[[Charge], str | None]
+
+
+def _no_quota(_: Charge) -> str | None:
+    return None
+
+
 def decide_mutation(
-    pod: Mapping[str, Any], offered: OfferedTemplates | None, runtime_class_name: str = ""
+    pod: Mapping[str, Any],
+    offered: OfferedTemplates | None,
+    runtime_class_name: str = "",
+    over_quota: OverQuota = _no_quota,
 ) -> Decision:
     """Rejects here already, with the same messages as the validating webhook:
     the mutating webhook runs first, and a patch of a bad pod would be wasted."""
     if not requests_vnpus(pod):
         return Decision(allowed=True)
+    if offered is None:
+        # Without the chips' templates there is no charge, and a pod admitted
+        # uncharged would escape its namespace's quota for its whole life.
+        return Decision(allowed=False, problems=[NOT_SYNCED])
     problems = validate_pod(pod, offered)
     if problems:
         return Decision(allowed=False, problems=problems)
+    request = parse_request(pod)
+    charge = charge_for(request.template, request.count, request.chip_model, offered)
+    if isinstance(charge, str):
+        return Decision(allowed=False, problems=[charge])
+    refusal = over_quota(charge)
+    if refusal is not None:
+        return Decision(allowed=False, problems=[refusal])
     try:
-        return Decision(allowed=True, patch=mutate_pod(pod, runtime_class_name))
+        return Decision(allowed=True, patch=mutate_pod(pod, runtime_class_name, charge))
     except AdmissionError as exc:
         return Decision(allowed=False, problems=list(exc.problems))
 
 
 def decide_validation(
-    pod: Mapping[str, Any], offered: OfferedTemplates | None, runtime_class_name: str = ""
+    pod: Mapping[str, Any],
+    offered: OfferedTemplates | None,
+    runtime_class_name: str = "",
+    over_quota: OverQuota = _no_quota,
 ) -> Decision:
     """Also requires the mutation to be in place: a pod without the gate could
     start before its vNPUs exist (another webhook may have undone ours). The
     same checks as the mutation; a patch it would still make is what is missing."""
-    verdict = decide_mutation(pod, offered, runtime_class_name)
+    verdict = decide_mutation(pod, offered, runtime_class_name, over_quota)
     missing = verdict.patch
     if not verdict.allowed:
         return verdict
@@ -73,18 +104,22 @@ def decide_validation(
             allowed=False,
             problems=[
                 f"the pod lacks what webhook {names.WEBHOOK_MUTATE_NAME} adds (scheduling gate, "
-                f"finalizer, env) at {paths}; is MutatingWebhookConfiguration "
+                f"finalizer, env, vNPU resource requests) at {paths}; is "
+                "MutatingWebhookConfiguration "
                 f"{names.WEBHOOK_CONFIG_NAME} installed, or did a later webhook undo it?"
             ],
         )
     return Decision(allowed=True)
 
 
-def create_app(offered: OfferedSource, *, runtime_class_name: str = "") -> web.Application:
+def create_app(
+    offered: OfferedSource, *, runtime_class_name: str = "", quotas: QuotaBook | None = None
+) -> web.Application:
     """POST /mutate, POST /validate, GET /healthz. TLS is the caller's: the
-    API server only calls https endpoints. `runtime_class_name`: see mutate_pod."""
+    API server only calls https endpoints. `runtime_class_name`: see mutate_pod;
+    `quotas`: the namespaces' vNPU quotas, to refuse a pod that exceeds one."""
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    hooks = _Hooks(offered, runtime_class_name)
+    hooks = _Hooks(offered, runtime_class_name, quotas or QuotaBook())
     app.router.add_post(names.WEBHOOK_MUTATE_PATH, hooks.mutate)
     app.router.add_post(names.WEBHOOK_VALIDATE_PATH, hooks.validate)
     app.router.add_get(names.WEBHOOK_HEALTH_PATH, _healthz)
@@ -107,13 +142,14 @@ class ReviewRequest:
     obj: Any
 
 
-Decide = Callable[[Mapping[str, Any], OfferedTemplates | None, str], Decision]
+Decide = Callable[[Mapping[str, Any], OfferedTemplates | None, str, OverQuota], Decision]
 
 
 class _Hooks:
-    def __init__(self, offered: OfferedSource, runtime_class_name: str) -> None:
+    def __init__(self, offered: OfferedSource, runtime_class_name: str, quotas: QuotaBook) -> None:
         self._offered = offered
         self._runtime_class_name = runtime_class_name
+        self._quotas = quotas
 
     async def mutate(self, request: web.Request) -> web.Response:
         return await self._handle(request, decide_mutation)
@@ -146,7 +182,12 @@ class _Hooks:
         # by mistake passes untouched rather than failing closed on foreign objects.
         if review.operation != "CREATE" or review.kind != "Pod" or review.sub_resource:
             return Decision(allowed=True)
-        return decide(review.obj, self._current_offer(), self._runtime_class_name)
+        namespace = review.namespace
+
+        def over_quota(charge: Charge) -> str | None:
+            return self._quotas.exceeded(namespace, charge)
+
+        return decide(review.obj, self._current_offer(), self._runtime_class_name, over_quota)
 
     def _current_offer(self) -> OfferedTemplates | None:
         try:

@@ -138,6 +138,11 @@ class Ledger:
             offered.setdefault(model, set()).add(template)
         return {model: frozenset(templates) for model, templates in offered.items()}
 
+    def template_sizes(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(chip model, template) -> (AICore, memory MB) a vNPU of it takes:
+        what the webhook charges a pod (vnpu_operator.charges)."""
+        return {key: (t.aicore, t.memory_mb) for key, t in self._catalog.items()}
+
     # ---------------------------------------------------------- allocations
 
     def add_allocation(self, allocation: Allocation) -> bool:

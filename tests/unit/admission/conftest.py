@@ -41,9 +41,9 @@ def make_pod() -> PodFactory:
 
 @pytest.fixture
 def offered() -> OfferedTemplates:
-    return OfferedTemplates(
+    return OfferedTemplates.of_sizes(
         {
-            "910B3": frozenset({"vir05_1c_16g", "vir10_3c_32g"}),
-            "310P3": frozenset({"vir01", "vir02", "vir04"}),
+            "910B3": {"vir05_1c_16g": (5, 16384), "vir10_3c_32g": (10, 32768)},
+            "310P3": {"vir01": (1, 3072), "vir02": (2, 6144), "vir04": (4, 12288)},
         }
     )

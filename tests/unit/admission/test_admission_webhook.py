@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from vnpu_common import names
 from vnpu_operator.admission import OfferedTemplates, create_app
-from vnpu_operator.admission.webhook import decide_validation
+from vnpu_operator.admission.webhook import NOT_SYNCED, decide_validation
 
 PodFactory = Callable[..., dict[str, Any]]
 
@@ -146,12 +146,17 @@ async def test_offer_is_read_per_request(
 ) -> None:
     review = _review(make_pod(template="vir02_1c"))
     assert (await _post(client, names.WEBHOOK_MUTATE_PATH, review))["allowed"] is False
-    state.offered = OfferedTemplates({"310P3": frozenset({"vir02_1c"})})
+    state.offered = OfferedTemplates.of_sizes({"310P3": {"vir02_1c": (2, 6144)}})
     assert (await _post(client, names.WEBHOOK_MUTATE_PATH, review))["allowed"] is True
-    state.offered = None  # inventory not synced: cluster checks skipped
-    assert (await _post(client, names.WEBHOOK_MUTATE_PATH, review))["allowed"] is True
+    state.offered = None  # inventory not synced: no charge can be made, so no admission
+    refused = await _post(client, names.WEBHOOK_MUTATE_PATH, review)
+    assert refused["allowed"] is False
+    assert refused["status"]["message"] == NOT_SYNCED
+    state.offered = OfferedTemplates.of_sizes({"310P3": {"vir02_1c": (2, 6144)}})
     state.fail = True  # a broken inventory behaves like an unsynced one
-    assert (await _post(client, names.WEBHOOK_MUTATE_PATH, review))["allowed"] is True
+    assert (await _post(client, names.WEBHOOK_MUTATE_PATH, review))["status"]["message"] == (
+        NOT_SYNCED
+    )
 
 
 async def test_malformed_pod_shape_is_denied_not_crashed(
