@@ -38,6 +38,11 @@ from vnpu_agent.drivers.base import ANY_VNPU_ID
 from vnpu_common import names
 
 NS = "demo"
+QUOTA_NS = "team-q"
+NODE_VNPU_CAPACITY = (
+    "custom-columns=NODE:.metadata.name,VNPUS:.status.capacity.vnpu\\.io/vnpus,"
+    "AICORE:.status.capacity.vnpu\\.io/aicore,MEMORY-MB:.status.capacity.vnpu\\.io/memory-mb"
+)
 NODES = [
     NodeSpec(name="npu-910b-1", chips={"910B3": 4}),
     NodeSpec(name="npu-910b-2", chips={"910B3": 4}),
@@ -436,6 +441,8 @@ def story(plane: LocalPlane, workdir: Path, procs: dict[str, Any]) -> None:
     wait_running(plane, ["infer-c"], timeout=30)
     kubectl(plane, "get", "pods", "-n", NS, "-o", POD_COLUMNS)
 
+    quota_story(plane)
+
     banner(
         "deleting every pod destroys every vNPU",
         """kubectl delete returns once the pods are gone, which is after their vNPUs
@@ -460,6 +467,43 @@ def story(plane: LocalPlane, workdir: Path, procs: dict[str, Any]) -> None:
         raise DemoError("VNPUNodes still report vNPUs")
     if allocations(plane):
         raise DemoError("allocations left")
+
+
+def quota_story(plane: LocalPlane) -> None:
+    banner(
+        "a namespace quota refuses a pod",
+        f"""Each vNPU pod is charged its vNPUs as extended resources (vnpu.io/vnpus,
+        vnpu.io/aicore, vnpu.io/memory-mb, written by the webhook) and each node advertises
+        its chips' totals under the same names, so a plain ResourceQuota caps a namespace.
+        Team {QUOTA_NS} may hold one vNPU.""",
+    )
+    kubectl(plane, "get", "node", "npu-910b-1", "-o", NODE_VNPU_CAPACITY)
+    kubectl(plane, "create", "namespace", QUOTA_NS)
+    kubectl(plane, "create", "quota", "vnpu", "-n", QUOTA_NS, "--hard=requests.vnpu.io/vnpus=1")
+    wait_for(
+        f"ServiceAccount default in {QUOTA_NS}",
+        lambda: plane.get_json("serviceaccount", "default", "-n", QUOTA_NS) is not None,
+        timeout=60,
+    )
+    template = f"--annotations={names.ANN_TEMPLATE}=vir05_1c_16g"
+    kubectl(plane, "run", "train-q1", "-n", QUOTA_NS, "--image=busybox", template)
+    wait_for(
+        "the quota counts train-q1",
+        lambda: (
+            (plane.get_json("resourcequota", "vnpu", "-n", QUOTA_NS) or {})
+            .get("status", {})
+            .get("used", {})
+            .get("requests.vnpu.io/vnpus")
+            == "1"
+        ),
+        timeout=30,
+    )
+    refused = kubectl(plane, "run", "train-q2", "-n", QUOTA_NS, "--image=busybox",
+                      template, expect_fail=True)  # fmt: skip
+    if f"namespace {QUOTA_NS} is over its vNPU quota" not in refused.stderr:
+        raise DemoError("train-q2 was refused, but not with the quota message")
+    kubectl(plane, "get", "quota", "-n", QUOTA_NS)
+    kubectl(plane, "delete", "namespace", QUOTA_NS, "--timeout=60s")
 
 
 def plant_leak(agent: AgentProcess) -> tuple[str, Any]:

@@ -142,6 +142,17 @@ async def vnpu_pods(conn: Connection, namespace: str | None) -> list[Raw]:
     return await list_items(conn, f"list pods in {namespace}", one)
 
 
+async def resource_quotas(conn: Connection, namespace: str | None) -> list[Raw]:
+    """ResourceQuotas, which cap a namespace's vNPU requests (requests.vnpu.io/...)."""
+    api = client.CoreV1Api(conn.api)
+    if namespace is None:
+        return await list_items(
+            conn, "list resourcequotas", api.list_resource_quota_for_all_namespaces
+        )
+    one = partial(api.list_namespaced_resource_quota, namespace)
+    return await list_items(conn, f"list resourcequotas in {namespace}", one)
+
+
 async def pod(conn: Connection, namespace: str, name: str) -> Raw:
     api = client.CoreV1Api(conn.api)
     try:

@@ -146,6 +146,7 @@ async def _snapshot(
     ]
     if pods_of is not None:
         lists.append(kube.vnpu_pods(conn, pods_of or None))
+        lists.append(kube.resource_quotas(conn, pods_of or None))
     results = await asyncio.gather(*lists)
     return Snapshot(
         vnpunodes=results[0],
@@ -153,6 +154,7 @@ async def _snapshot(
         leases=results[2],
         allocations=results[3],
         pods=results[4] if pods_of is not None else [],
+        quotas=results[5] if pods_of is not None else [],
         agent_namespace=agent_namespace,
     )
 

@@ -41,14 +41,15 @@ LEASE_GRACE_SECONDS: float = OperatorSettings.model_fields["lease_grace_seconds"
 
 @dataclass
 class Snapshot:
-    """Raw objects as listed. `pods` holds only what the command listed
-    (vNPU pods for `usage`, nothing for `status`)."""
+    """Raw objects as listed. `pods` and `quotas` hold only what the command
+    listed (vNPU pods and ResourceQuotas for `usage`, nothing for `status`)."""
 
     vnpunodes: list[Raw] = field(default_factory=list)
     nodes: list[Raw] = field(default_factory=list)
     leases: list[Raw] = field(default_factory=list)
     allocations: list[Raw] = field(default_factory=list)
     pods: list[Raw] = field(default_factory=list)
+    quotas: list[Raw] = field(default_factory=list)  # ResourceQuotas, for `usage`
     agent_namespace: str = "vnpu-system"
     # Wall-clock time of the reads, for Lease expiry.
     now: float = field(default_factory=time.time)

@@ -1,11 +1,16 @@
 """`kubectl vnpu usage`: per namespace, what its pods' vNPUs take (count,
-AICore, device memory) and how many of its vNPU pods wait for capacity.
+AICore, device memory), how many of its vNPU pods wait for capacity, and its
+vNPU quota.
 
 Use is summed over VNPUAllocations, the placement ledger's own records, with
 each template's size from the catalog the nodes publish, so it can never
 disagree with what placement books. A terminating allocation still counts:
-its vNPU holds the chip until the agent destroys it. Quota columns read '-'
-until namespaces can be capped (issue 15, item 1).
+its vNPU holds the chip until the agent destroys it.
+
+The quota columns are the API server's own count, used/hard, from the
+namespace's ResourceQuotas (requests.vnpu.io/vnpus, aicore, memory-mb; the
+tightest where several set one): a pod is charged from its creation, so a
+waiting pod counts there and not in VNPUS. '-' where no quota caps it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 from vnpu_cli.snapshot import Raw, Snapshot, allocation_resources, catalog
 from vnpu_cli.table import table
 from vnpu_common import names
+from vnpu_operator.admission.quotas import VNPUQuota
 
 
 def build(snapshot: Snapshot, namespace: str | None = None) -> dict[str, Any]:
@@ -53,6 +59,16 @@ def build(snapshot: Snapshot, namespace: str | None = None) -> dict[str, Any]:
         else:
             r["aicore"] += need.aicore
             r["memoryMB"] += need.memory_mb
+    for raw in snapshot.quotas:
+        quota = VNPUQuota.from_api(raw)
+        if quota is None or (namespace is not None and quota.namespace != namespace):
+            continue
+        caps = row(quota.namespace)["quota"] = row(quota.namespace)["quota"] or {}
+        for resource, hard in quota.hard.items():
+            if resource not in caps or hard < caps[resource]["hard"]:
+                caps[resource] = {
+                    "hard": hard, "used": quota.used.get(resource, 0), "quota": quota.name
+                }  # fmt: skip
     for pod in snapshot.pods:
         meta = pod.get("metadata") or {}
         ns = str(meta.get("namespace", ""))
@@ -99,10 +115,16 @@ def text(report: dict[str, Any]) -> str:
                 r["aicore"],
                 r["memoryMB"],
                 r["waiting"],
-                None,
-                None,
-                None,
+                *(_quota_cell(r["quota"], res) for res in QUOTA_COLUMNS),
             ]
             for r in report["namespaces"]
         ],
     )
+
+
+QUOTA_COLUMNS = (names.RES_VNPUS, names.RES_AICORE, names.RES_MEMORY_MB)
+
+
+def _quota_cell(caps: dict[str, dict[str, Any]] | None, resource: str) -> str | None:
+    cap = (caps or {}).get(resource)
+    return None if cap is None else f"{cap['used']}/{cap['hard']}"

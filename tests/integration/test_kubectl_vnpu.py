@@ -142,6 +142,26 @@ def cluster(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iter
             timeout=60,
         )
         plane.apply(vnpu_pod("plain", TEAM_A, template=None))
+        # team-a's quota: the API server counts big's two vNPUs and wait's one.
+        hard = {f"requests.{names.RES_VNPUS}": "4", f"requests.{names.RES_AICORE}": "30"}
+        plane.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"name": "vnpu", "namespace": TEAM_A},
+                "spec": {"hard": hard},
+            }
+        )
+        wait_for(
+            "team-a's quota counted",
+            lambda: (
+                (get_json(plane, "resourcequota", "-n", TEAM_A, "vnpu") or {})
+                .get("status", {})
+                .get("used")
+                == {f"requests.{names.RES_VNPUS}": "3", f"requests.{names.RES_AICORE}": "25"}
+            ),
+            timeout=60,
+        )
         yield stack
     finally:
         stack.close()

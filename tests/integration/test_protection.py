@@ -673,3 +673,27 @@ def test_an_exempt_admin_may_edit_by_hand(
     assert visible(after) == str(names.VNPU_ID_MAX)
     admin.ok("delete", "pod", "stuck", "--wait=false")
     gone(plane, ns, "stuck")
+
+
+def test_a_pod_asking_for_no_vnpus_may_not_request_vnpu_resources(tenant: User) -> None:
+    """They are what quota counts and node capacity the ledger books: a pod taking them
+    past the webhook would hold room the ledger does not know of."""
+    # (Requests alone are invalid for an extended resource: limits default them.)
+    for sections in (("limits",), ("requests", "limits")):
+        plain = vnpu_pod("plain", tenant.namespace, template=None)
+        plain["spec"]["containers"][0]["resources"] = {
+            s: {names.RES_AICORE: "40"} for s in sections
+        }
+        tenant.denied(
+            "resources vnpu.io/*: only the vnpu-operator's webhook sets them",
+            "create", "-f", "-", input=json.dumps(plain),
+        )  # fmt: skip
+    plain = vnpu_pod("plain", tenant.namespace, template=None)
+    plain["spec"]["initContainers"] = [
+        {"name": "i", "image": "busybox", "resources": {"limits": {names.RES_VNPUS: "1"}}}
+    ]
+    tenant.denied("resources vnpu.io/*", "create", "-f", "-", input=json.dumps(plain))
+    # Other extended resources are not ours to judge.
+    plain = vnpu_pod("plain", tenant.namespace, template=None)
+    plain["spec"]["containers"][0]["resources"] = {"limits": {"example.com/foo": "1"}}
+    tenant.ok("create", "-f", "-", "--dry-run=server", input=json.dumps(plain))

@@ -248,6 +248,40 @@ def test_usage_sums_templates_per_namespace() -> None:
 USAGE_TEXT = golden("usage.txt")
 
 
+def _quota(namespace: str, name: str, hard: dict[str, str], used: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": namespace, "name": name},
+        "spec": {"hard": hard},
+        "status": {"hard": hard, "used": used},
+    }
+
+
+def test_usage_shows_the_tightest_quota_used_over_hard() -> None:
+    snapshot = cluster()
+    snapshot.quotas = [
+        _quota("team-a", "wide", {"requests.vnpu.io/vnpus": "10"}, {"requests.vnpu.io/vnpus": "3"}),
+        _quota("team-a", "tight", {"requests.vnpu.io/vnpus": "4", "requests.vnpu.io/aicore": "30",
+                                   "requests.cpu": "8"},
+               {"requests.vnpu.io/vnpus": "3", "requests.vnpu.io/aicore": "25"}),
+        _quota("team-d", "idle", {"requests.vnpu.io/memory-mb": "64Ki"}, {}),
+    ]  # fmt: skip
+    rows = {r["namespace"]: r for r in usage.build(snapshot)["namespaces"]}
+    assert rows["team-a"]["quota"] == {
+        "vnpu.io/vnpus": {"hard": 4, "used": 3, "quota": "tight"},
+        "vnpu.io/aicore": {"hard": 30, "used": 25, "quota": "tight"},
+    }
+    # A namespace capped but using nothing has its row too.
+    assert rows["team-d"]["quota"] == {
+        "vnpu.io/memory-mb": {"hard": 65536, "used": 0, "quota": "idle"}
+    }
+    lines = {
+        line.split()[0]: line.split() for line in usage.text(usage.build(snapshot)).splitlines()
+    }
+    assert lines["team-a"][-3:] == ["3/4", "25/30", "-"]
+    assert lines["team-d"][-3:] == ["-", "-", "0/65536"]
+    assert [r["namespace"] for r in usage.build(snapshot, "team-d")["namespaces"]] == ["team-d"]
+
+
 def test_usage_text_shows_quota_as_unset() -> None:
     assert render("usage", usage.build(cluster()), "text") == USAGE_TEXT
     assert (
