@@ -49,13 +49,20 @@ def changed(entries: list[CordonedChip], chip: int, reason: str | None) -> list[
     return sorted(kept, key=lambda e: e.chip)
 
 
-def patch_body(vnpu_node: Raw, entries: list[CordonedChip]) -> dict[str, Any]:
-    """Merge patch replacing the list, guarded by the read's resourceVersion."""
-    version = (vnpu_node.get("metadata") or {}).get("resourceVersion")
-    return {
-        "metadata": {"resourceVersion": version},
-        "spec": {"cordonedChips": [e.to_api() for e in entries]},
-    }
+def patch_body(vnpu_node: Raw, entries: list[CordonedChip]) -> dict[str, Any] | list[Raw]:
+    """The patch replacing the list, guarded by the spec as read: a JSON Patch
+    that tests it, so the agent's status writes (every vNPU made or destroyed)
+    do not conflict with it. A VNPUNode with no spec yet gets a merge patch
+    guarded by the read's resourceVersion (JSON Patch cannot test absence)."""
+    listed = [e.to_api() for e in entries]
+    spec = vnpu_node.get("spec")
+    if spec is None:
+        version = (vnpu_node.get("metadata") or {}).get("resourceVersion")
+        return {"metadata": {"resourceVersion": version}, "spec": {"cordonedChips": listed}}
+    return [
+        {"op": "test", "path": "/spec", "value": spec},
+        {"op": "add", "path": "/spec/cordonedChips", "value": listed},
+    ]
 
 
 def outcome(node: str, chip: int, reason: str | None, before: list[CordonedChip]) -> str:

@@ -182,11 +182,13 @@ async def vnpunode(conn: Connection, name: str) -> Raw:
     return result
 
 
-async def merge_patch_vnpunode(conn: Connection, name: str, body: Raw) -> None:
-    """Raises ApiException 409 when the body's resourceVersion is stale."""
+async def patch_vnpunode(conn: Connection, name: str, body: Raw | list[Raw]) -> None:
+    """A merge patch (a dict; ApiException 409 when its resourceVersion is stale)
+    or a JSON Patch (a list; 422 when one of its `test`s fails)."""
     custom = client.CustomObjectsApi(conn.api)
+    kind = "merge-patch" if isinstance(body, dict) else "json-patch"
     await _call(
         conn, f"patch vnpunode {name}", custom.patch_cluster_custom_object,
         names.GROUP, names.VERSION, names.NODE_PLURAL, name, body,
-        _content_type="application/merge-patch+json",
+        _content_type=f"application/{kind}+json",
     )  # fmt: skip

@@ -112,8 +112,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
 async def _cordon(
     conn: kube.Connection, node: str, chip: int, reason: str | None
 ) -> dict[str, Any]:
-    """Read, change, patch guarded by the read's resourceVersion; a 409 (someone
-    changed the node meanwhile) reads again."""
+    """Read, change, patch guarded by what was read (cordon.patch_body); a
+    conflict (someone changed the cordons meanwhile) reads again."""
     for _ in range(cordon.ATTEMPTS):
         vnpu_node = await kube.vnpunode(conn, node)
         before = cordon.current(vnpu_node)
@@ -121,9 +121,9 @@ async def _cordon(
         message = cordon.outcome(node, chip, reason, before)
         if after != before:
             try:
-                await kube.merge_patch_vnpunode(conn, node, cordon.patch_body(vnpu_node, after))
+                await kube.patch_vnpunode(conn, node, cordon.patch_body(vnpu_node, after))
             except ApiException as exc:
-                if exc.status == 409:
+                if exc.status in (409, 422):  # someone else changed the cordons meanwhile
                     continue
                 raise CliError(f"cannot patch VNPUNode {node}: {exc.status} {exc.reason}") from exc
         chips = {c.get("index") for c in (vnpu_node.get("status") or {}).get("chips") or []}

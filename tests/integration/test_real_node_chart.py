@@ -15,6 +15,7 @@ install first, uninstall last. Needs root (the real node, the image build).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -352,6 +353,56 @@ def test_operator_pod_deleted_mid_life_loses_and_leaks_nothing(
     assert after not in used
     books = assert_books_agree(plane, release)
     assert len(books) == len(used) + 1
+
+
+def test_the_kubelet_admits_charged_pods_and_quota_caps_the_namespace(
+    plane: LocalPlane, release: Release
+) -> None:
+    """The real kubelet admits a pod only if the node's allocatable covers its
+    requests: the operator advertises the chips' totals, and vNPU pods carry their
+    charge, so a quota on WORK counts them."""
+    node = plane.get_json("node", release.node.name)
+    allocatable = node["status"]["allocatable"]
+    chips = plane.get_json(names.NODE_PLURAL, release.node.name)["status"]["chips"]
+    assert int(allocatable[names.RES_AICORE]) == sum(c["aicoreTotal"] for c in chips), allocatable
+    held = sum(len(ids) for ids in _live(plane).values())
+    hard = {f"requests.{names.RES_VNPUS}": str(held + 1)}
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota",
+             "metadata": {"name": "vnpu", "namespace": WORK}, "spec": {"hard": hard}}  # fmt: skip
+    plane.apply(quota)
+    try:
+        wait_for(
+            "quota counted",
+            lambda: (
+                (plane.get_json("resourcequota", "vnpu", "-n", WORK) or {})
+                .get("status", {})
+                .get("used", {})
+                .get(f"requests.{names.RES_VNPUS}")
+                == str(held)
+            ),
+            timeout=30,
+        )
+        pod = start_vnpu_pod(plane, release, "charged", 1)
+        (main,) = pod["spec"]["containers"]
+        assert main["resources"]["limits"][names.RES_VNPUS] == "1"
+        check_devices(plane, WORK, pod)
+        wait_for(
+            "quota full",
+            lambda: (
+                (plane.get_json("resourcequota", "vnpu", "-n", WORK) or {})
+                .get("status", {})
+                .get("used", {})
+                .get(f"requests.{names.RES_VNPUS}")
+                == str(held + 1)
+            ),
+            timeout=30,
+        )
+        refused = plane.kubectl("create", "-f", "-", check=False,
+                                input=json.dumps(vnpu_busybox_pod("over", WORK, 1)))  # fmt: skip
+        assert refused.returncode != 0
+        assert f"namespace {WORK} is over its vNPU quota" in refused.stderr, refused.stderr
+    finally:
+        plane.kubectl("delete", "resourcequota", "vnpu", "-n", WORK, check=False)
 
 
 def test_documented_uninstall_order_leaves_no_pod_and_no_vnpu(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jsonpatch
 import pytest
 
 from vnpu_cli import cordon
@@ -41,12 +42,26 @@ def test_what_the_schema_refuses_is_refused_before_the_write(chip: int, reason: 
         cordon.changed([], chip, reason)
 
 
-def test_the_patch_is_guarded_by_the_read() -> None:
+def test_the_patch_is_guarded_by_the_spec_as_read() -> None:
     read = vnpu_node((3, "fan"), version="1234")
     body = cordon.patch_body(read, cordon.changed(cordon.current(read), 0, "dust"))
-    assert body == {
-        "metadata": {"resourceVersion": "1234"},
-        "spec": {"cordonedChips": [{"chip": 0, "reason": "dust"}, {"chip": 3, "reason": "fan"}]},
+    listed = [{"chip": 0, "reason": "dust"}, {"chip": 3, "reason": "fan"}]
+    # A status write (the agent's) changes the resourceVersion, not the spec: no conflict.
+    assert body == [
+        {"op": "test", "path": "/spec", "value": read["spec"]},
+        {"op": "add", "path": "/spec/cordonedChips", "value": listed},
+    ]
+    assert jsonpatch.apply_patch(read, body)["spec"]["cordonedChips"] == listed
+    changed = {**read, "spec": {"cordonedChips": [{"chip": 3, "reason": "dust"}]}}
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(changed, body)
+
+
+def test_a_node_without_spec_is_guarded_by_its_resource_version() -> None:
+    read = {"metadata": {"name": "n1", "resourceVersion": "7"}}
+    assert cordon.patch_body(read, cordon.changed([], 1, "dust")) == {
+        "metadata": {"resourceVersion": "7"},
+        "spec": {"cordonedChips": [{"chip": 1, "reason": "dust"}]},
     }
 
 
