@@ -51,6 +51,7 @@ WORK = "vnpu-realnode-work"  # the vNPU pods', kept across the tests of the modu
 RUNTIME_CLASS = "vnpu-ascend"  # created by the chart, handler `ascend`
 KWOK_NPU_NODE = "realnode-chart-kwok-npu"
 CHIPS = "910B3=2"  # eight vir05_1c_16g vNPUs: the module uses six
+VNPUS_PER_CHIP = 4  # vir05_1c_16g on a 910B3
 COMPONENT = "app.kubernetes.io/component"
 # CAP_MKNOD (bit 27) alone, as /proc/<pid>/status shows CapEff.
 CAP_MKNOD_ONLY = f"{1 << 27:016x}"
@@ -403,6 +404,46 @@ def test_the_kubelet_admits_charged_pods_and_quota_caps_the_namespace(
         assert f"namespace {WORK} is over its vNPU quota" in refused.stderr, refused.stderr
     finally:
         plane.kubectl("delete", "resourcequota", "vnpu", "-n", WORK, check=False)
+
+
+def test_a_cordoned_chip_of_the_real_node_gets_nothing_new(
+    plane: LocalPlane, release: Release
+) -> None:
+    """Every chip with room left is cordoned: a new pod waits, told so, while the
+    running pods keep their devices; uncordoned, the pod starts on one of them."""
+    node = release.node.name
+    items = plane.get_json("vnpuallocations", "-A", "-l", f"{names.LABEL_NODE}={node}")["items"]
+    used = [a["spec"]["chip"] for a in items]
+    chips = plane.get_json(names.NODE_PLURAL, node)["status"]["chips"]
+    roomy = [c["index"] for c in chips if used.count(c["index"]) < VNPUS_PER_CHIP]
+    assert roomy, f"no room left on any chip: {used}"
+    before = _live(plane)
+    cordoned = [{"chip": index, "reason": "real-node test"} for index in roomy]
+    plane.kubectl("patch", names.NODE_PLURAL, node, "--type=merge",
+                  "-p", json.dumps({"spec": {"cordonedChips": cordoned}}))  # fmt: skip
+    try:
+        plane.apply(vnpu_busybox_pod("after-cordon", WORK, 1))
+
+        def told() -> bool:
+            pod = plane.get_json("pod", "after-cordon", "-n", WORK) or {}
+            conditions = (pod.get("status") or {}).get("conditions") or []
+            return any(
+                c.get("type") == names.POD_COND_ALLOCATED and "cordoned" in c.get("message", "")
+                for c in conditions
+            )
+
+        wait_for("the new pod told the chips are cordoned", told, timeout=60, interval=0.5)
+        _pods_keep_their_devices(plane, before)
+    finally:
+        plane.kubectl("patch", names.NODE_PLURAL, node, "--type=merge",
+                      "-p", '{"spec":{"cordonedChips":null}}')  # fmt: skip
+    pod = running(plane, WORK, "after-cordon", timeout=120)
+    (alloc,) = [
+        a for a in plane.get_json("vnpuallocations", "-n", WORK)["items"]
+        if a["spec"]["podUID"] == pod["metadata"]["uid"]
+    ]  # fmt: skip
+    assert alloc["spec"]["chip"] in roomy
+    check_devices(plane, WORK, pod)
 
 
 def test_documented_uninstall_order_leaves_no_pod_and_no_vnpu(
