@@ -92,9 +92,12 @@ def write(
     with contextlib.suppress(OSError, UnicodeDecodeError):
         if path.read_text() == text:
             return path
-    cdi_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
+    try:
+        tmp.write_text(text)
+    except FileNotFoundError:  # the first spec (or someone removed the directory)
+        cdi_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
     os.replace(tmp, path)
     return path
 

@@ -25,6 +25,7 @@ from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import AllocationWatcher, NodeWatcher
 from vnpu_common import __version__, names
+from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.cli import configure_logging, serve_http
 
 log = logging.getLogger("vnpu_agent")
@@ -128,8 +129,7 @@ class Agent:
             await config.load_kube_config(config_file=str(s.kubeconfig))
         else:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
-        self.api_client = client.ApiClient()
-        self.api_client.user_agent = f"{names.USER_AGENT_AGENT}/{__version__}"
+        self.api_client = new_api_client(f"{names.USER_AGENT_AGENT}/{__version__}")
         api = AgentApi(self.api_client, s.namespace)
         core = client.CoreV1Api(self.api_client)
         self.watcher = AllocationWatcher(

@@ -48,7 +48,6 @@ from vnpu_agent.inventory import build_status, cordoned_chips
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.owned import OwnedIds
-from vnpu_agent.watcher import key_of
 from vnpu_common import names
 from vnpu_common.api.models import (
     Condition,
@@ -57,6 +56,7 @@ from vnpu_common.api.models import (
     set_condition,
 )
 from vnpu_common.backoff import Backoff
+from vnpu_common.informer import key_of
 from vnpu_common.workqueue import RetryLater, WorkQueue
 
 log = logging.getLogger(__name__)

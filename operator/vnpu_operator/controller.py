@@ -60,6 +60,11 @@ from vnpu_operator.slim import resource_version, slim_pod
 
 log = logging.getLogger(__name__)
 
+# What fills the caches: Kopf's watches (VNPUNodes, Nodes, quotas) and the
+# informers of pods and allocations (watches.py). Nothing is placed or
+# released before all of them have listed once.
+SOURCES = ("kopf", "pods", "allocations")
+
 Raw = dict[str, Any]
 
 
@@ -121,6 +126,7 @@ class Controller:
             expected=(ApiException,),
         )
         self.synced = False
+        self._listed: set[str] = set()
         # The namespaces' vNPU quotas, for the webhook's refusals.
         self.quotas = QuotaBook()
 
@@ -172,6 +178,13 @@ class Controller:
         return self._offered[1]
 
     # ------------------------------------------------------------ feeding
+
+    def listed(self, source: str) -> None:
+        """`source` (one of SOURCES) has listed every object of its kinds; the
+        caches are complete once all have."""
+        self._listed.add(source)
+        if self._listed.issuperset(SOURCES):
+            self.mark_synced()
 
     def mark_synced(self) -> None:
         """Every cache holds a full listing: start reconciling everything

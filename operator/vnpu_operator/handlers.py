@@ -1,16 +1,19 @@
 """Kopf wiring: thin handlers that feed the controller, and Kopf's settings.
 
-Economy rules (docs/DECISIONS.md, 'Performance at 200 nodes'):
-- Only event and index handlers: Kopf then keeps no progress or diff-base
-  state, so it writes nothing on pods or allocations.
-- Index handlers on pods, allocations, VNPUNodes and Nodes fill the
-  controller's caches until they are complete; from then on the event
-  handlers alone feed it (agent Leases are polled: leases.py). Kopf holds
-  every event handler until all of them have listed once, so the first
-  event handler call marks the caches complete. No pod is placed before
-  the ledger holds every existing allocation (a restarted operator never
-  double-books), and no allocation is taken for an orphan before every
-  pod is known.
+Economy rules (docs/DECISIONS.md, 'Performance at 200 nodes' and 'Watches
+without Kopf's per-event cost'):
+- Pods and allocations, nearly every event, are watched by informers
+  (watches.py), started here and stopped with Kopf. Agent Leases are polled
+  (leases.py).
+- Kopf watches the low-rate kinds with event and index handlers only: it then
+  keeps no progress or diff-base state, so it writes nothing.
+- Index handlers on VNPUNodes and Nodes fill the controller's caches until
+  they are complete; from then on the event handlers alone feed it. Kopf
+  holds every event handler until all index handlers have listed once, so
+  the first event handler call means Kopf's kinds are listed
+  (`Controller.listed`). No pod is placed before the ledger holds every
+  existing allocation (a restarted operator never double-books), and no
+  allocation is taken for an orphan before every pod is known.
 - Kopf's own finalizer and annotation names are ours, in case a later
   handler ever makes it persist something; its Event posting is WARNING+.
 """
@@ -19,19 +22,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 import kopf
 
 from vnpu_common import names
+from vnpu_common.informer import Informer
 from vnpu_operator.config import OperatorSettings
-from vnpu_operator.controller import Controller
+from vnpu_operator.controller import SOURCES, Controller
 from vnpu_operator.convergence import Convergence
 from vnpu_operator.leases import LeasePoller
 from vnpu_operator.slim import slim_object
 
 log = logging.getLogger(__name__)
+
+SOURCE_KOPF = SOURCES[0]
 
 
 class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -42,23 +48,6 @@ class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         return kopf.BodyEssence()
-
-
-def managed_pod(pod: Mapping[str, Any]) -> bool:
-    """A pod the operator manages: one that asks for vNPUs, or that it
-    admitted (our label, gate or finalizer) whatever its annotations say now.
-    Filtering on the template annotation alone lost every later event of a
-    pod whose annotation someone removed, its deletion included: the pod
-    stayed Terminating, or was placed again and again after it was gone."""
-    meta = pod.get("metadata") or {}
-    if names.ANN_TEMPLATE in (meta.get("annotations") or {}):
-        return True
-    if names.POD_FINALIZER in (meta.get("finalizers") or []):
-        return True
-    if (meta.get("labels") or {}).get(names.LABEL_MANAGED) == "true":
-        return True
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(isinstance(g, Mapping) and g.get("name") == names.SCHEDULING_GATE for g in gates)
 
 
 def configure(settings: kopf.OperatorSettings, ours: OperatorSettings) -> None:
@@ -84,8 +73,10 @@ def register(
     ours: OperatorSettings,
     leases: LeasePoller,
     convergence: Convergence,
+    informers: Sequence[Informer],
 ) -> None:
-    """All handlers of the operator, bound to `controller`."""
+    """All handlers of the operator, bound to `controller`, and its other
+    long-running tasks."""
     tasks: list[asyncio.Task[None]] = []
 
     @kopf.on.startup(registry=registry)
@@ -96,6 +87,8 @@ def register(
         if not tasks:
             tasks.append(asyncio.create_task(leases.run(), name="lease-poller"))
             tasks.append(asyncio.create_task(convergence.run(), name="convergence"))
+            for informer in informers:
+                tasks.append(asyncio.create_task(informer.run(), name=f"watch-{informer.name}"))
         await leases.listed.wait()
 
     @kopf.on.cleanup(registry=registry)
@@ -119,22 +112,8 @@ def register(
         return not controller.synced
 
     def deleted(event: kopf.RawEvent) -> bool:
-        controller.mark_synced()
+        controller.listed(SOURCE_KOPF)
         return event["type"] == "DELETED"
-
-    # ------------------------------------------------------ allocations
-    @kopf.index(
-        names.GROUP, names.VERSION, names.ALLOCATION_PLURAL, when=listing, registry=registry
-    )
-    async def allocations_index(body: kopf.Body, **_: Any) -> None:
-        controller.allocation_seen(slim_object(body))
-
-    @kopf.on.event(names.GROUP, names.VERSION, names.ALLOCATION_PLURAL, registry=registry)
-    async def allocation_event(event: kopf.RawEvent, **_: Any) -> None:
-        if deleted(event):
-            controller.allocation_gone(slim_object(event["object"]))
-        else:
-            controller.allocation_seen(slim_object(event["object"]))
 
     # ------------------------------------------------------ inventories
     @kopf.index(names.GROUP, names.VERSION, names.NODE_PLURAL, when=listing, registry=registry)
@@ -146,8 +125,8 @@ def register(
         kind = "DELETED" if deleted(event) else None
         controller.inventories.vnpunode_event(kind, slim_object(event["object"]))
 
-    # The controller keeps its own slim copies of Nodes and pods (labels and
-    # taints; the fields it reads), so these get Kopf's body as it is.
+    # The controller keeps its own slim copies of Nodes (labels and taints;
+    # the fields it reads), so these get Kopf's body as it is.
     @kopf.index("", "v1", "nodes", when=listing, registry=registry)
     async def nodes_index(body: kopf.Body, **_: Any) -> None:
         controller.inventories.node_event(None, body)
@@ -161,21 +140,3 @@ def register(
     @kopf.on.event("", "v1", "resourcequotas", registry=registry)
     async def quota_event(event: kopf.RawEvent, **_: Any) -> None:
         controller.quotas.seen(event["object"], deleted=deleted(event))
-
-    # ------------------------------------------------------ pods
-    # Indexed too: an allocation whose pod is not in the cache is released,
-    # which is only right once every pod has been listed.
-    def listing_ours(body: kopf.Body, **_: Any) -> bool:
-        return not controller.synced and managed_pod(body)
-
-    def ours_event(event: kopf.RawEvent, **_: Any) -> bool:
-        return managed_pod(event["object"])
-
-    @kopf.index("", "v1", "pods", when=listing_ours, registry=registry)
-    async def pods_index(body: kopf.Body, **_: Any) -> None:
-        controller.pod_event(None, body)
-
-    @kopf.on.event("", "v1", "pods", when=ours_event, registry=registry)
-    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
-        kind = "DELETED" if deleted(event) else None
-        controller.pod_event(kind, event["object"])

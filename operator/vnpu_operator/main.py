@@ -14,6 +14,7 @@ import kopf
 from kubernetes_asyncio import client, config
 
 from vnpu_common import __version__, names
+from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.cli import configure_logging, serve_http
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.controller import Controller
@@ -22,6 +23,7 @@ from vnpu_operator.handlers import register
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leases import LeasePoller
 from vnpu_operator.metrics import OperatorMetrics
+from vnpu_operator.watches import allocation_informer, pod_informer
 from vnpu_operator.webhook_server import WebhookServer
 
 log = logging.getLogger("vnpu_operator")
@@ -34,8 +36,7 @@ async def run(settings: OperatorSettings) -> None:
         await config.load_kube_config(config_file=str(settings.kubeconfig))
     else:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
-    api_client = client.ApiClient()
-    api_client.user_agent = f"{names.USER_AGENT_OPERATOR}/{__version__}"
+    api_client = new_api_client(f"{names.USER_AGENT_OPERATOR}/{__version__}")
     metrics = OperatorMetrics()
     controller = Controller(OperatorApi(api_client, metrics.api_errors), settings, metrics)
     runner = await serve_http(
@@ -63,7 +64,11 @@ async def run(settings: OperatorSettings) -> None:
         interval=settings.converge_seconds,
         retry_max=settings.retry_max_seconds,
     )
-    register(registry, controller, settings, leases, convergence)
+    informers = [
+        pod_informer(api_client, controller, settings),
+        allocation_informer(api_client, controller, settings),
+    ]
+    register(registry, controller, settings, leases, convergence, informers)
     try:
         await kopf.operator(registry=registry, clusterwide=True, standalone=True)
     finally:

@@ -25,6 +25,42 @@ def test_owned_ids_survive_a_restart(tmp_path: Path) -> None:
     assert OwnedIds(path).snapshot() == {117}
 
 
+def test_owned_ids_are_journalled_not_rewritten_and_folded_in_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "n1" / "owned.json"
+    owned = OwnedIds(path)
+    snapshot = path.read_text()
+    owned.add(100)
+    owned.add(101)
+    owned.discard(100)
+    # Every change is one appended line; the snapshot is untouched.
+    assert path.read_text() == snapshot
+    assert owned.journal_path.read_text() == "+100\n+101\n-100\n"
+    # A crash mid-append leaves a cut line: its change was never acted on.
+    with owned.journal_path.open("a") as f:
+        f.write("+10")
+    restarted = OwnedIds(path)
+    assert restarted.snapshot() == {101}
+    assert json.loads(path.read_text()) == [101]
+    assert not restarted.journal_path.exists()
+    # The journal is folded in once it grows long.
+    monkeypatch.setattr("vnpu_agent.owned.COMPACT_AFTER", 3)
+    for vnpu_id in (1, 2, 3, 4):
+        restarted.add(vnpu_id)
+    assert json.loads(path.read_text()) == [1, 2, 3, 101]
+    assert restarted.journal_path.read_text() == "+4\n"
+    restarted.close()
+    assert OwnedIds(path).snapshot() == {1, 2, 3, 4, 101}
+
+
+def test_a_crash_between_snapshot_and_journal_removal_loses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "owned.json"
+    path.write_text("[7, 9]")  # the snapshot already holds the journal's changes
+    (tmp_path / "owned.json.log").write_text("+7\n+8\n-8\n+9\n")
+    assert OwnedIds(path).snapshot() == {7, 9}
+
+
 def test_corrupt_owned_state_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "owned.json"
     path.write_text('["x"]')

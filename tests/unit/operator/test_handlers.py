@@ -7,10 +7,11 @@ import kopf
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
 from vnpu_operator.convergence import Convergence
-from vnpu_operator.handlers import NoDiffBase, configure, managed_pod, register
+from vnpu_operator.handlers import NoDiffBase, configure, register
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leases import LeasePoller
 from vnpu_operator.metrics import OperatorMetrics
+from vnpu_operator.watches import managed_pod
 
 
 def test_only_index_and_event_handlers_so_kopf_keeps_no_state() -> None:
@@ -18,16 +19,17 @@ def test_only_index_and_event_handlers_so_kopf_keeps_no_state() -> None:
     settings = OperatorSettings()
     controller = Controller(OperatorApi.__new__(OperatorApi), settings, OperatorMetrics())
     leases = LeasePoller.__new__(LeasePoller)
-    register(registry, controller, settings, leases, Convergence.__new__(Convergence))
+    register(registry, controller, settings, leases, Convergence.__new__(Convergence), [])
     # Change-detecting handlers would make Kopf persist progress on objects
     # (writes) and would need the diff base NoDiffBase skips.
     assert list(registry._changing.get_all_handlers()) == []
     assert list(registry._spawning.get_all_handlers()) == []
     watched = {h.id.split(".")[-1] for h in registry._watching.get_all_handlers()}
     indexed = {h.id.split(".")[-1] for h in registry._indexing.get_all_handlers()}
-    # Pods, allocations, VNPUNodes, Nodes; agent Leases are polled (leases.py).
-    assert len(watched) == len(indexed) == 4
-    assert not [h for h in watched | indexed if "lease" in h]
+    # Only the low-rate kinds: pods and allocations have informers
+    # (watches.py), agent Leases are polled (leases.py).
+    assert watched == {"vnpunode_event", "node_event", "quota_event"}, watched
+    assert indexed == {"vnpunodes_index", "nodes_index"}, indexed
 
 
 def test_kopf_settings() -> None:

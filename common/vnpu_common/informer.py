@@ -1,0 +1,221 @@
+"""List-then-watch of one kind, read as raw JSON: the informer both
+components feed their caches from.
+
+Why not Kopf's watch or kubernetes-asyncio's `Watch`: Kopf runs every event
+through its per-object workers, cause detection and handler machinery (at 200
+nodes that was over half of the operator's CPU, for handlers that only hand
+the object to a cache), and `Watch` turns pods into client model objects.
+Here an event costs one `json.loads` and one handler call.
+
+- The list is paged (`limit`/`continue`); a `continue` token that expired
+  (410) restarts it.
+- Every watch resumes from the last resourceVersion seen (bookmarks keep it
+  fresh), so no event is lost or replayed across reconnects.
+- 410 Gone (history compacted): re-list. Objects the cache held that the new
+  list lacks are handed to the handler as DELETED, every listed object as
+  SYNC.
+- A stream that ends at its server-side timeout is resumed; one that goes
+  silent past it (client timeout) is treated as broken and re-listed.
+- API errors: exponential backoff with jitter, capped. Nothing raises out of
+  `run` but cancellation.
+
+`keep` decides what the informer remembers of an object (a slim copy, or None
+for objects the component does not manage: they cost no memory and reach the
+handler only while it remembered them, i.e. for their last event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from vnpu_common.backoff import Backoff
+from vnpu_common.rawcall import call_json
+
+log = logging.getLogger(__name__)
+
+Raw = dict[str, Any]
+# (event type, object) -> None; type is ADDED, MODIFIED, DELETED or SYNC.
+Handler = Callable[[str, Raw], Awaitable[None]]
+# A kubernetes-asyncio list method with its positional arguments bound.
+ListCall = Callable[..., Awaitable[Any]]
+
+ADDED, MODIFIED, DELETED, SYNC = "ADDED", "MODIFIED", "DELETED", "SYNC"
+PAGE_SIZE = 500
+
+
+def key_of(obj: Raw) -> str:
+    """namespace/name (cluster-scoped objects: /name)."""
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def everything(obj: Raw) -> Raw:
+    return obj
+
+
+class GoneError(Exception):
+    """The server no longer has the resourceVersion asked for (410)."""
+
+
+class Informer:
+    def __init__(
+        self,
+        name: str,
+        list_call: ListCall,
+        handler: Handler,
+        *,
+        label_selector: str | None = None,
+        keep: Callable[[Raw], Raw | None] = everything,
+        key: Callable[[Raw], str] = key_of,
+        timeout_seconds: int = 300,
+        retry_max_seconds: float = 30.0,
+        page_size: int = PAGE_SIZE,
+        listed: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._list_call = list_call
+        self._handler = handler
+        self._selector = {"label_selector": label_selector} if label_selector else {}
+        self._keep = keep
+        self._key = key
+        self._timeout = timeout_seconds
+        self._retry = Backoff(base=1.0, cap=retry_max_seconds, jitter=0.5)
+        self._page_size = page_size
+        self._listed = listed
+        self.cache: dict[str, Raw] = {}
+        self.synced = asyncio.Event()
+        self.resource_version: str | None = None
+        self.relists = 0
+        self.errors = 0
+        self.events = 0
+
+    async def run(self) -> None:
+        """Runs until cancelled; never raises for API trouble."""
+        failures = 0
+        while True:
+            try:
+                if self.resource_version is None:
+                    await self._list()
+                await self._watch()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except GoneError:
+                log.info("%s watch expired (410 Gone); re-listing", self.name)
+                self._broken()
+            except ApiException as exc:
+                failures += 1
+                self.errors += 1
+                self._broken()
+                await self._backoff(failures, f"API error {exc.status} {exc.reason}")
+            except Exception as exc:
+                failures += 1
+                self.errors += 1
+                self._broken()
+                await self._backoff(failures, f"{type(exc).__name__}: {exc}")
+
+    def _broken(self) -> None:
+        self.synced.clear()
+        self.resource_version = None
+
+    async def _backoff(self, failures: int, why: str) -> None:
+        delay = self._retry.delay(failures)
+        log.warning("%s watch failed (%s); retrying in %.1fs", self.name, why, delay)
+        await asyncio.sleep(delay)
+
+    async def _pages(self) -> tuple[list[Raw], str]:
+        items: list[Raw] = []
+        token: str | None = None
+        while True:
+            page = {"_continue": token} if token else {}
+            try:
+                result = await call_json(
+                    self._list_call, limit=self._page_size, **self._selector, **page
+                )
+            except ApiException as exc:
+                if exc.status == 410 and token:  # the continue token expired
+                    log.info("%s list expired mid-way; listing again", self.name)
+                    items, token = [], None
+                    continue
+                raise
+            items.extend(result.get("items") or [])
+            meta = result.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta["resourceVersion"])
+
+    async def _list(self) -> None:
+        items, version = await self._pages()
+        fresh: dict[str, Raw] = {}
+        listed: list[Raw] = []
+        for obj in items:
+            kept = self._keep(obj)
+            if kept is not None:
+                fresh[self._key(obj)] = kept
+                listed.append(obj)
+        gone = [obj for k, obj in self.cache.items() if k not in fresh]
+        self.cache = fresh
+        self.resource_version = version
+        self.relists += 1
+        for obj in gone:
+            await self._handler(DELETED, obj)
+        for obj in listed:
+            await self._handler(SYNC, obj)
+        self.synced.set()
+        if self._listed is not None:
+            self._listed()
+
+    async def _watch(self) -> None:
+        resp = await self._list_call(
+            watch=True,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._timeout,
+            _request_timeout=self._timeout + 30,
+            _preload_content=False,
+            **self._selector,
+        )
+        try:
+            if resp.status == 410:
+                raise GoneError()
+            if not 200 <= resp.status <= 299:
+                raise ApiException(status=resp.status, reason=resp.reason)
+            while line := await resp.content.readline():
+                if line.strip():
+                    await self._event(json.loads(line))
+        except BaseException:
+            # A stream left mid-way must not go back to the pool: the next
+            # request on that connection would read the rest of it.
+            resp.close()
+            raise
+        resp.release()
+
+    async def _event(self, event: Raw) -> None:
+        kind = event.get("type")
+        obj: Raw = event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                raise GoneError()
+            raise ApiException(status=code or 500, reason=obj.get("message") or "watch error")
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = version
+        if kind == "BOOKMARK" or kind not in (ADDED, MODIFIED, DELETED):
+            return
+        self.events += 1
+        key = self._key(obj)
+        if kind == DELETED:
+            if self.cache.pop(key, None) is None and self._keep(obj) is None:
+                return  # never managed: not the handler's business
+        elif (kept := self._keep(obj)) is not None:
+            self.cache[key] = kept
+        elif self.cache.pop(key, None) is None:
+            return
+        await self._handler(kind, obj)

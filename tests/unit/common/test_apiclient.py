@@ -1,0 +1,59 @@
+"""The components' API client looks the environment up once, not per request."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes_asyncio import client
+
+from vnpu_common.apiclient import api_client
+
+
+@pytest.fixture
+def server() -> Iterator[None]:
+    old = client.Configuration.get_default_copy()
+    conf = client.Configuration(host="https://api.cluster.example:6443")
+    client.Configuration.set_default(conf)
+    yield
+    client.Configuration.set_default(old)
+
+
+async def test_no_environment_lookup_per_request_and_no_proxy_when_none_is_set(
+    server: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    api = api_client("vnpu-test/1")
+    try:
+        assert api.user_agent == "vnpu-test/1"
+        assert api.rest_client.pool_manager.trust_env is False
+        assert not api.rest_client.proxy
+    finally:
+        await api.close()
+
+
+async def test_a_proxy_the_environment_names_for_the_api_server_is_kept(
+    server: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:secret@proxy.example:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    api = api_client("vnpu-test/1")
+    try:
+        assert api.rest_client.proxy == "http://proxy.example:3128"
+        assert api.rest_client.proxy_headers["Proxy-Authorization"].startswith("Basic ")
+    finally:
+        await api.close()
+
+
+async def test_no_proxy_exempts_the_api_server(
+    server: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", ".cluster.example")
+    api = api_client("vnpu-test/1")
+    try:
+        assert not api.rest_client.proxy
+    finally:
+        await api.close()
