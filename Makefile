@@ -85,6 +85,10 @@ bench: $(STAMP) plane ## scale benchmark: 200 nodes, 2000 pods at 20/s (bench/re
 bench-rate: $(STAMP) plane ## floors and the sustainable rate (p99 ungated <= 1 s), ours vs plain pods, 20 nodes (minutes)
 	$(PY) -m bench --nodes 20 --pods 600 --rate 20 --rate-search --out bench/results-20n-floors.json
 
+.PHONY: bench-1000
+bench-1000: $(STAMP) plane ## 1000 nodes x 8 chips, 4 agent processes, 1000 pods at 10/s (about 15 min on 2 cores; bench/results-1000.json)
+	$(PY) -m bench --nodes 1000 --agents 4 --pods 1000 --rate 10 --idle 20 --no-floors --out bench/results-1000.json
+
 .PHONY: bench-quick
 bench-quick: $(STAMP) plane ## small benchmark (20 nodes, 200 pods); fails on a correctness counter
 	$(PY) -m bench --quick

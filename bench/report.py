@@ -237,6 +237,11 @@ def print_table(r: dict[str, Any]) -> None:
     print("\n=== vnpu-operator scale benchmark")
     row("nodes x chips / pods / rate / hold", f"{c['nodes']} x 8 / {c['pods']} / "
         f"{c['rate']}/s / {c['hold']}s  (agents: {c['agents']} process(es))")  # fmt: skip
+    st = r.get("startup") or {}
+    if "nodes_ready_s" in st:
+        row("startup: nodes Ready / all VNPUNodes / operator",
+            f"{st['nodes_ready_s']:.1f}s / {st['agents_to_all_vnpunodes_s']:.1f}s / "
+            f"{st['operator_ready_s']:.1f}s")  # fmt: skip
     print("-- churn (ours)")
     for key, label in (("ungate", "created -> ungated"), ("gone", "deleted -> gone")):
         s = r["churn"][key]
@@ -277,7 +282,8 @@ def print_table(r: dict[str, Any]) -> None:
         f"{i['writes_per_s']:.2f}/s ({i['non_lease_writes']})  {i['kinds']}")  # fmt: skip
     p = r["processes"]
     row("operator CPU s / peak RSS", f"{p['operator']['cpu_seconds']:.1f}s / "
-        f"{p['operator']['peak_rss_mb']:.1f} MB (target <= 200 MB)")  # fmt: skip
+        f"{p['operator']['peak_rss_mb']:.1f} MB (target <= 200 MB at 200 nodes, "
+        "300 MB at 1000)")  # fmt: skip
     row("agent(s) CPU s / peak RSS", f"{p['agents']['cpu_seconds']:.1f}s / "
         f"{p['agents']['peak_rss_mb']:.1f} MB; base {p['agents']['base_rss_mb']:.1f} MB; "
         f"{p['agents']['mb_per_node_over_base']:.3f} MB/node (target <= 1)")  # fmt: skip

@@ -386,11 +386,15 @@ def main(argv: list[str] | None = None) -> int:
         say("agent base footprint (one node)")
         base = cluster.measure_agent_base()
         say(f"creating {args.nodes} kwok nodes")
+        t = time.monotonic()
         cluster.add_nodes(cluster.nodes)
-        say(f"starting {cluster.agent_count} agent process(es), then the operator")
+        nodes_s = time.monotonic() - t
+        say(f"{args.nodes} nodes Ready in {nodes_s:.1f}s; "
+            f"starting {cluster.agent_count} agent process(es), then the operator")  # fmt: skip
         t = time.monotonic()
         cluster.start_agents()
-        out["startup"] = {"agents_to_all_vnpunodes_s": time.monotonic() - t,
+        out["startup"] = {"nodes_ready_s": nodes_s,
+                          "agents_to_all_vnpunodes_s": time.monotonic() - t,
                           "agent_base_rss_mb": base.peak_rss_mb}  # fmt: skip
         t = time.monotonic()
         cluster.start_operator()
