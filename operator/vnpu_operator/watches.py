@@ -11,14 +11,14 @@ both informers have listed (`Controller.listed`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from vnpu_common import names
-from vnpu_common.informer import DELETED, Informer, Raw
+from vnpu_common.informer import DELETED, Handler, Informer, ListCall, Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES, Controller
 from vnpu_operator.slim import slim_object
@@ -56,6 +56,28 @@ def _pod_identity(pod: Raw) -> Raw | None:
     return {"metadata": {k: meta.get(k) for k in ("uid", "name", "namespace")}}
 
 
+def _informer(
+    source: str,
+    list_call: ListCall,
+    handle: Handler,
+    keep: Callable[[Raw], Raw | None],
+    controller: Controller,
+    settings: OperatorSettings,
+) -> Informer:
+    """Keyed by uid: an object deleted and re-created under its name while
+    the watch was down is reported gone."""
+    return Informer(
+        source,
+        list_call,
+        handle,
+        keep=keep,
+        key=_uid,
+        timeout_seconds=settings.watch_timeout_seconds,
+        retry_max_seconds=settings.retry_max_seconds,
+        listed=partial(controller.listed, source),
+    )
+
+
 def pod_informer(
     api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
 ) -> Informer:
@@ -64,15 +86,8 @@ def pod_informer(
     async def handle(kind: str, obj: Raw) -> None:
         controller.pod_event("DELETED" if kind == DELETED else None, obj)
 
-    return Informer(
-        SOURCE_PODS,
-        core.list_pod_for_all_namespaces,
-        handle,
-        keep=_pod_identity,
-        key=_uid,
-        timeout_seconds=settings.watch_timeout_seconds,
-        retry_max_seconds=settings.retry_max_seconds,
-        listed=partial(controller.listed, SOURCE_PODS),
+    return _informer(
+        SOURCE_PODS, core.list_pod_for_all_namespaces, handle, _pod_identity, controller, settings
     )
 
 
@@ -80,6 +95,7 @@ def allocation_informer(
     api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
 ) -> Informer:
     custom = client.CustomObjectsApi(api_client)
+    plural = names.ALLOCATION_PLURAL
 
     async def handle(kind: str, obj: Raw) -> None:
         if kind == DELETED:
@@ -87,15 +103,5 @@ def allocation_informer(
         else:
             controller.allocation_seen(slim_object(obj))
 
-    return Informer(
-        SOURCE_ALLOCATIONS,
-        partial(
-            custom.list_cluster_custom_object, names.GROUP, names.VERSION, names.ALLOCATION_PLURAL
-        ),
-        handle,
-        keep=slim_object,
-        key=_uid,
-        timeout_seconds=settings.watch_timeout_seconds,
-        retry_max_seconds=settings.retry_max_seconds,
-        listed=partial(controller.listed, SOURCE_ALLOCATIONS),
-    )
+    list_call = partial(custom.list_cluster_custom_object, names.GROUP, names.VERSION, plural)
+    return _informer(SOURCE_ALLOCATIONS, list_call, handle, slim_object, controller, settings)
