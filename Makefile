@@ -86,7 +86,7 @@ bench-rate: $(STAMP) plane ## floors and the sustainable rate (p99 ungated <= 1 
 	$(PY) -m bench --nodes 20 --pods 600 --rate 20 --rate-search --out bench/results-20n-floors.json
 
 .PHONY: bench-1000
-bench-1000: $(STAMP) plane ## 1000 nodes x 8 chips, 4 agent processes, 1000 pods at 10/s (about 15 min on 2 cores; bench/results-1000.json)
+bench-1000: $(STAMP) plane ## 1000 nodes x 8 chips, 4 agent processes, 1000 pods at 10/s (over 15 min on 2 cores; bench/results-1000.json)
 	$(PY) -m bench --nodes 1000 --agents 4 --pods 1000 --rate 10 --idle 20 --no-floors --out bench/results-1000.json
 
 .PHONY: bench-quick
