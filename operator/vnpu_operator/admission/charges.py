@@ -24,13 +24,17 @@ class Charge:
     memory_mb: int
     vnpus: int
 
+    def amounts(self) -> dict[str, int]:
+        """Resource name -> amount."""
+        return {
+            names.RES_AICORE: self.aicore,
+            names.RES_MEMORY_MB: self.memory_mb,
+            names.RES_VNPUS: self.vnpus,
+        }
+
     def resources(self) -> dict[str, str]:
         """Resource name -> quantity, as the webhook writes it."""
-        return {
-            names.RES_AICORE: str(self.aicore),
-            names.RES_MEMORY_MB: str(self.memory_mb),
-            names.RES_VNPUS: str(self.vnpus),
-        }
+        return {resource: str(amount) for resource, amount in self.amounts().items()}
 
 
 def charge_for(

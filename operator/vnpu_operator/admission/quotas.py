@@ -79,11 +79,7 @@ class QuotaBook:
 
     def exceeded(self, namespace: str, charge: Charge) -> str | None:
         """Why `charge` does not fit the namespace's quotas, or None."""
-        wanted = {
-            names.RES_AICORE: charge.aicore,
-            names.RES_MEMORY_MB: charge.memory_mb,
-            names.RES_VNPUS: charge.vnpus,
-        }
+        wanted = charge.amounts()
         for quota in self.quotas(namespace):
             for resource, hard in sorted(quota.hard.items()):
                 used = quota.used.get(resource, 0)
