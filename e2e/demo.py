@@ -489,13 +489,7 @@ def quota_story(plane: LocalPlane) -> None:
     kubectl(plane, "run", "train-q1", "-n", QUOTA_NS, "--image=busybox", template)
     wait_for(
         "the quota counts train-q1",
-        lambda: (
-            (plane.get_json("resourcequota", "vnpu", "-n", QUOTA_NS) or {})
-            .get("status", {})
-            .get("used", {})
-            .get("requests.vnpu.io/vnpus")
-            == "1"
-        ),
+        lambda: plane.quota_used(QUOTA_NS, "vnpu").get("requests.vnpu.io/vnpus") == "1",
         timeout=30,
     )
     refused = kubectl(plane, "run", "train-q2", "-n", QUOTA_NS, "--image=busybox",

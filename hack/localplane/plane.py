@@ -664,6 +664,12 @@ class LocalPlane:
         out = self.kubectl("get", *args, "-o", "json", check=False, timeout=timeout)
         return json.loads(out.stdout) if out.returncode == 0 else None
 
+    def quota_used(self, namespace: str, name: str) -> dict[str, str]:
+        """What ResourceQuota `namespace/name` counts as used (its status);
+        {} while the quota controller has not counted yet, or without it."""
+        quota = self.get_json("resourcequota", name, "-n", namespace) or {}
+        return dict((quota.get("status") or {}).get("used") or {})
+
     def apply(self, manifest: dict[str, Any] | str | Path) -> None:
         if isinstance(manifest, Path):
             self.kubectl("apply", "--server-side", "-f", str(manifest))

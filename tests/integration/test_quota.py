@@ -74,8 +74,7 @@ def set_quota(plane: LocalPlane, namespace: str, **hard: int) -> None:
 
 
 def used(plane: LocalPlane, namespace: str) -> dict[str, str]:
-    quota = get_json(plane, "resourcequota", "-n", namespace, "vnpu") or {}
-    return dict((quota.get("status") or {}).get("used") or {})
+    return plane.quota_used(namespace, "vnpu")
 
 
 def refused_for_quota(proc: subprocess.CompletedProcess[str], namespace: str) -> str:

@@ -367,20 +367,15 @@ def test_the_kubelet_admits_charged_pods_and_quota_caps_the_namespace(
     chips = plane.get_json(names.NODE_PLURAL, release.node.name)["status"]["chips"]
     assert int(allocatable[names.RES_AICORE]) == sum(c["aicoreTotal"] for c in chips), allocatable
     held = sum(len(ids) for ids in _live(plane).values())
-    hard = {f"requests.{names.RES_VNPUS}": str(held + 1)}
+    counted = f"{names.QUOTA_PREFIX}{names.RES_VNPUS}"
+    hard = {counted: str(held + 1)}
     quota = {"apiVersion": "v1", "kind": "ResourceQuota",
              "metadata": {"name": "vnpu", "namespace": WORK}, "spec": {"hard": hard}}  # fmt: skip
     plane.apply(quota)
     try:
         wait_for(
             "quota counted",
-            lambda: (
-                (plane.get_json("resourcequota", "vnpu", "-n", WORK) or {})
-                .get("status", {})
-                .get("used", {})
-                .get(f"requests.{names.RES_VNPUS}")
-                == str(held)
-            ),
+            lambda: plane.quota_used(WORK, "vnpu").get(counted) == str(held),
             timeout=30,
         )
         pod = start_vnpu_pod(plane, release, "charged", 1)
@@ -389,13 +384,7 @@ def test_the_kubelet_admits_charged_pods_and_quota_caps_the_namespace(
         check_devices(plane, WORK, pod)
         wait_for(
             "quota full",
-            lambda: (
-                (plane.get_json("resourcequota", "vnpu", "-n", WORK) or {})
-                .get("status", {})
-                .get("used", {})
-                .get(f"requests.{names.RES_VNPUS}")
-                == str(held + 1)
-            ),
+            lambda: plane.quota_used(WORK, "vnpu").get(counted) == str(held + 1),
             timeout=30,
         )
         refused = plane.kubectl("create", "-f", "-", check=False,
