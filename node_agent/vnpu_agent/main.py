@@ -26,7 +26,8 @@ from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import AllocationWatcher, NodeWatcher
 from vnpu_common import __version__, names
 from vnpu_common.apiclient import api_client as new_api_client
-from vnpu_common.cli import configure_logging, serve_http
+from vnpu_common.cli import configure_logging
+from vnpu_common.http import serve_http
 
 log = logging.getLogger("vnpu_agent")
 

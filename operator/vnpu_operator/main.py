@@ -15,7 +15,8 @@ from kubernetes_asyncio import client, config
 
 from vnpu_common import __version__, names
 from vnpu_common.apiclient import api_client as new_api_client
-from vnpu_common.cli import configure_logging, serve_http
+from vnpu_common.cli import configure_logging
+from vnpu_common.http import serve_http
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.controller import Controller
 from vnpu_operator.convergence import for_controller
