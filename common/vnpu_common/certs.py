@@ -123,6 +123,12 @@ def issue(
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _pem(key))
 
 
+def not_after(cert_pem: bytes) -> float:
+    """Epoch seconds of the notAfter of the first certificate in `cert_pem`."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    return cert.not_valid_after_utc.timestamp()
+
+
 def rsa_keypair() -> tuple[bytes, bytes]:
     """(private PEM, public PEM) for service-account token signing."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)

@@ -59,6 +59,7 @@ class WebhookServer:
         self.offered = offered
         self.quotas = quotas
         self.ca_pem: bytes | None = None
+        self._not_after: float | None = None
         self._runner: web.AppRunner | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="vnpu-webhook-")
 
@@ -84,7 +85,12 @@ class WebhookServer:
             self.ca_pem = authority.cert_pem
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(cert, key)
+        self._not_after = certs.not_after(cert.read_bytes())
         return context
+
+    def cert_not_after(self) -> float | None:
+        """Epoch seconds of the served leaf's notAfter; None before the server has one."""
+        return self._not_after
 
     async def start(self) -> None:
         app = create_app(
