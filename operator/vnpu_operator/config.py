@@ -62,6 +62,31 @@ class OperatorSettings(BaseSettings):
     webhook_dns_names: list[str] = Field(
         default_factory=list, description="Extra DNS names for a self-signed certificate."
     )
+    webhook_cert_validity_seconds: float = Field(
+        default=365 * 86400,
+        ge=10,
+        description="Lifetime of the self-signed serving certificate; a new one is served "
+        "once webhook_cert_renew_fraction of it has passed.",
+    )
+    webhook_ca_validity_seconds: float = Field(
+        default=3650 * 86400,
+        ge=20,
+        description="Lifetime of the self-signed CA, at least twice the certificate's; "
+        "renewed likewise, its CA bundle registered before a certificate it signed is served.",
+    )
+    webhook_cert_renew_fraction: float = Field(
+        default=2 / 3,
+        ge=0.1,
+        le=0.9,
+        description="Part of a self-signed certificate's (and CA's) lifetime after which "
+        "it is renewed.",
+    )
+    webhook_cert_poll_seconds: float = Field(
+        default=5.0,
+        ge=0.1,
+        description="How often webhook_cert_dir is read for replaced files and the "
+        "self-signed certificate checked for renewal.",
+    )
     runtime_class_name: str = Field(
         default="",
         description="RuntimeClass the mutating webhook sets on vNPU pods that name none "
@@ -82,6 +107,15 @@ class OperatorSettings(BaseSettings):
             raise ValueError("give webhook_url or webhook_service, not both")
         if self.webhook_service and "/" not in self.webhook_service:
             raise ValueError("webhook_service must be namespace/name[:port]")
+        return self
+
+    @model_validator(mode="after")
+    def _check_cert_lifetimes(self) -> OperatorSettings:
+        # A CA barely outliving its certificate would cut each new certificate short.
+        if self.webhook_ca_validity_seconds < 2 * self.webhook_cert_validity_seconds:
+            raise ValueError(
+                "webhook_ca_validity_seconds must be at least twice webhook_cert_validity_seconds"
+            )
         return self
 
 
