@@ -64,8 +64,65 @@ app.kubernetes.io/component: agent
 {{- end -}}
 {{- end -}}
 
+{{- /*
+repository:tag, or repository@digest (repository:tag@digest with a tag set) when
+image.digest pins it: the runtime then pulls by content, whatever the tag now names.
+*/ -}}
 {{- define "vnpu.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $image := .Values.image -}}
+{{- if $image.digest -}}
+{{- if $image.tag -}}
+{{- printf "%s:%s@%s" $image.repository $image.tag $image.digest -}}
+{{- else -}}
+{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- end -}}
+{{- else -}}
+{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /*
+The node labels agent.npuNodeLabels may name, each a nodeSelectorTerm: vnpu (set by hand),
+ascend (Ascend's device-plugin install), nfd (node-feature-discovery: PCI class 1200,
+processing accelerator, of vendor 19e5, Huawei).
+*/ -}}
+{{- define "vnpu.agent.npuNodeTerms" -}}
+{{- $terms := dict
+  "vnpu" (dict "key" "vnpu.io/npu" "operator" "In" "values" (list "true"))
+  "ascend" (dict "key" "accelerator" "operator" "In" "values" (list "huawei-Ascend910" "huawei-Ascend310P" "huawei-Ascend310"))
+  "nfd" (dict "key" "feature.node.kubernetes.io/pci-1200_19e5.present" "operator" "In" "values" (list "true"))
+-}}
+{{- range .Values.agent.npuNodeLabels }}
+- matchExpressions:
+    - {{ get $terms . | toYaml | nindent 6 | trim }}
+{{- end }}
+{{- end -}}
+
+{{- /*
+agent.affinity with a required node affinity made from agent.npuNodeLabels, unless
+agent.affinity brings its own nodeAffinity.
+*/ -}}
+{{- define "vnpu.agent.affinity" -}}
+{{- $affinity := deepCopy .Values.agent.affinity -}}
+{{- if and .Values.agent.npuNodeLabels (not (hasKey $affinity "nodeAffinity")) -}}
+{{- $terms := include "vnpu.agent.npuNodeTerms" . | fromYamlArray -}}
+{{- $_ := set $affinity "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms)) -}}
+{{- end -}}
+{{- with $affinity }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{- /*
+The system-critical priority classes the release's pods use: what the criticalPodQuota
+ResourceQuota has to match.
+*/ -}}
+{{- define "vnpu.criticalClasses" -}}
+{{- $classes := list -}}
+{{- range (list .Values.agent.priorityClassName .Values.operator.priorityClassName) -}}
+{{- if and (has . (list "system-node-critical" "system-cluster-critical")) (not (has . $classes)) -}}
+{{- $classes = append $classes . -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $classes -}}
 {{- end -}}
 
 {{- /*
