@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 _VALIDITY = dt.timedelta(days=365)
+# Valid from a little before issue, so a peer whose clock is behind ours accepts it.
+_BACKDATE = dt.timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -50,9 +54,14 @@ def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
     return x509.Name(attrs)
 
 
-def make_ca(common_name: str = "vnpu-operator-ca") -> KeyPair:
+def make_ca(
+    common_name: str = "vnpu-operator-ca",
+    *,
+    validity: dt.timedelta = _VALIDITY * 10,
+    now: dt.datetime | None = None,
+) -> KeyPair:
     key = _key()
-    now = dt.datetime.now(dt.UTC)
+    now = now or dt.datetime.now(dt.UTC)
     subject = _name(common_name)
     cert = (
         x509.CertificateBuilder()
@@ -60,9 +69,10 @@ def make_ca(common_name: str = "vnpu-operator-ca") -> KeyPair:
         .issuer_name(subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY * 10)
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
@@ -91,14 +101,17 @@ def issue(
     organizations: tuple[str, ...] = (),
     server: bool = True,
     client: bool = False,
+    validity: dt.timedelta = _VALIDITY,
+    now: dt.datetime | None = None,
 ) -> KeyPair:
-    """A leaf certificate signed by `ca`."""
+    """A leaf certificate signed by `ca`, valid for `validity` from `now` but never past
+    the CA's own notAfter (a client would refuse the chain then anyway)."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
         raise TypeError("CA key must be EC or RSA")
     key = _key()
-    now = dt.datetime.now(dt.UTC)
+    now = now or dt.datetime.now(dt.UTC)
     usages = []
     if server:
         usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
@@ -110,10 +123,14 @@ def issue(
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(min(now + validity, ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        # RFC 5280 verifiers (cryptography's among them) want the issuer's key named.
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
     )
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
@@ -127,6 +144,28 @@ def not_after(cert_pem: bytes) -> float:
     """Epoch seconds of the notAfter of the first certificate in `cert_pem`."""
     cert = x509.load_pem_x509_certificate(cert_pem)
     return cert.not_valid_after_utc.timestamp()
+
+
+def write_like_a_secret_volume(directory: Path, files: dict[str, bytes]) -> None:
+    """Replaces the files of `directory` at once, the way the kubelet updates a Secret
+    volume: a new hidden directory, then the `..data` symlink renamed onto it, with each
+    name a link through `..data`. A reader sees all old files or all new ones."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fresh = f"..{uuid.uuid4().hex}"
+    (directory / fresh).mkdir()
+    for name, data in files.items():
+        (directory / fresh / name).write_bytes(data)
+    link = directory / f"..data_{uuid.uuid4().hex}"
+    link.symlink_to(fresh)
+    old = (directory / "..data").readlink() if (directory / "..data").is_symlink() else None
+    os.replace(link, directory / "..data")
+    for name in files:
+        if not (directory / name).is_symlink():
+            (directory / name).symlink_to(Path("..data") / name)
+    if old is not None:
+        for stale in (directory / old).iterdir():
+            stale.unlink()
+        (directory / old).rmdir()
 
 
 def rsa_keypair() -> tuple[bytes, bytes]:

@@ -1,37 +1,62 @@
-"""Serves the admission webhooks over TLS and registers their configurations.
+"""Serves the admission webhooks over TLS, registers their configurations and keeps
+the served certificate current.
 
-Certificates come from a directory (Helm secret or cert-manager) or are
-generated at start: a CA that lives as long as the process and a serving
-certificate for the loopback address and the Service's DNS names. With a
-generated CA the operator must register the configurations itself, since
-only it knows the CA bundle.
+Certificates come from a directory (a mounted Secret, e.g. cert-manager's: files that
+change are served without a restart) or are made in memory (a CA and a certificate
+for the loopback address and the Service's DNS names, each renewed well before it
+expires). With its own CA the operator must register the configurations itself,
+since only it knows the CA bundle; a CA bundle it does not know (injected by
+cert-manager's cainjector) is left in place.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import datetime as dt
 import logging
 import ssl
 import tempfile
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import certs, names
+from vnpu_common import names
 from vnpu_common.patches import MERGE
 from vnpu_operator.admission import (
     ServiceRef,
     mutating_webhook_configuration,
     validating_webhook_configuration,
 )
-from vnpu_operator.admission.configurations import WebhookTarget
+from vnpu_operator.admission.configurations import WebhookTarget, keep_ca_bundles
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.webhook import OfferedSource, create_app
 from vnpu_operator.config import OperatorSettings
+from vnpu_operator.metrics import OperatorMetrics
+from vnpu_operator.webhook_certs import (
+    CertDir,
+    CertError,
+    Material,
+    SelfSigned,
+    covers,
+    handover,
+    load,
+)
 
 log = logging.getLogger(__name__)
+
+# After a new CA bundle is registered and before a certificate of the new CA is served:
+# API servers see configuration changes through a watch, a moment later.
+HANDOVER_SECONDS: Final = 2.0
+# Read-modify-write of a configuration that someone else (cainjector) also writes.
+CONFLICT_ATTEMPTS: Final = 5
+
+Build = Callable[[WebhookTarget, bytes | None], dict[str, Any]]
 
 
 def parse_service(text: str) -> ServiceRef:
@@ -51,89 +76,196 @@ def webhook_target(settings: OperatorSettings) -> WebhookTarget | None:
     return None
 
 
+def certificate_source(settings: OperatorSettings) -> SelfSigned | CertDir:
+    s = settings
+    if s.webhook_cert_dir is not None:
+        return CertDir(s.webhook_cert_dir)
+    dns = [*s.webhook_dns_names, "localhost"]
+    target = webhook_target(s)
+    if isinstance(target, ServiceRef):
+        svc = f"{target.name}.{target.namespace}"
+        dns += [svc, f"{svc}.svc", f"{svc}.svc.cluster.local"]
+    return SelfSigned(
+        tuple(dns), ("127.0.0.1",),
+        validity=s.webhook_cert_validity_seconds, ca_validity=s.webhook_ca_validity_seconds,
+        renew_fraction=s.webhook_cert_renew_fraction,
+    )  # fmt: skip
+
+
+def _when(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
+
+
 class WebhookServer:
     def __init__(
-        self, settings: OperatorSettings, offered: OfferedSource, quotas: QuotaBook
+        self,
+        settings: OperatorSettings,
+        offered: OfferedSource,
+        quotas: QuotaBook,
+        metrics: OperatorMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.offered = offered
         self.quotas = quotas
-        self.ca_pem: bytes | None = None
+        # Where the webhooks count requests, denials and answer times.
+        self.metrics = metrics
+        self._source: SelfSigned | CertDir | None = None
+        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._not_after: float | None = None
+        # The CA bundle in the configurations as the operator last registered it.
+        self._registered: bytes | None = None
+        # Material the source handed out that is not served yet (its CA bundle could
+        # not be registered); tried again each poll.
+        self._pending: Material | None = None
+        self._api_client: client.ApiClient | None = None
         self._runner: web.AppRunner | None = None
+        self._task: asyncio.Task[None] | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="vnpu-webhook-")
-
-    def _tls(self) -> ssl.SSLContext:
-        s = self.settings
-        if s.webhook_cert_dir is not None:
-            cert, key = s.webhook_cert_dir / "tls.crt", s.webhook_cert_dir / "tls.key"
-            ca = s.webhook_cert_dir / "ca.crt"
-            self.ca_pem = ca.read_bytes() if ca.exists() else None
-        else:
-            authority = certs.make_ca("vnpu-operator-webhook-ca")
-            dns = [*s.webhook_dns_names, "localhost"]
-            target = webhook_target(s)
-            if isinstance(target, ServiceRef):
-                svc = f"{target.name}.{target.namespace}"
-                dns += [svc, f"{svc}.svc", f"{svc}.svc.cluster.local"]
-            leaf = certs.issue(
-                authority, "vnpu-operator-webhook", dns_names=tuple(dns),
-                ip_addresses=("127.0.0.1",),
-            )  # fmt: skip
-            cert, key = Path(self._tmp.name) / "tls.crt", Path(self._tmp.name) / "tls.key"
-            leaf.write(cert, key)
-            self.ca_pem = authority.cert_pem
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(cert, key)
-        self._not_after = certs.not_after(cert.read_bytes())
-        return context
 
     def cert_not_after(self) -> float | None:
         """Epoch seconds of the served leaf's notAfter; None before the server has one."""
         return self._not_after
 
     async def start(self) -> None:
+        try:
+            self._source = certificate_source(self.settings)
+            material = self._source.current()
+            load(self._context, material, Path(self._tmp.name))
+        except CertError as exc:
+            # A start-time configuration error: one clear line, not a traceback.
+            raise SystemExit(f"vnpu-operator: webhook certificate: {exc}") from None
+        self._not_after = material.not_after
+        self._registered = material.ca_bundle
         app = create_app(
-            self.offered, runtime_class_name=self.settings.runtime_class_name, quotas=self.quotas
+            self.offered,
+            runtime_class_name=self.settings.runtime_class_name,
+            quotas=self.quotas,
+            metrics=self.metrics,
         )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(
             self._runner, self.settings.webhook_host, self.settings.webhook_port,
-            ssl_context=self._tls(),
+            ssl_context=self._context,
         )  # fmt: skip
         await site.start()
-        log.info("admission webhooks on https://%s:%d", self.settings.webhook_host,
-                 self.settings.webhook_port)  # fmt: skip
+        log.info("admission webhooks on https://%s:%d, certificate valid until %s",
+                 self.settings.webhook_host, self.settings.webhook_port,
+                 _when(material.not_after))  # fmt: skip
+        self._task = asyncio.create_task(self._watch(), name="webhook-certificate")
 
     async def register(self, api_client: client.ApiClient) -> None:
         """Creates or updates both webhook configurations, if a target is set."""
-        target = webhook_target(self.settings)
-        if target is None:
+        self._api_client = api_client
+        if webhook_target(self.settings) is None:
             return
-        api = client.AdmissionregistrationV1Api(api_client)
-        pairs: list[tuple[dict[str, Any], Any, Any]] = [
-            (
-                mutating_webhook_configuration(target, self.ca_pem),
-                api.create_mutating_webhook_configuration,
-                api.patch_mutating_webhook_configuration,
-            ),
-            (
-                validating_webhook_configuration(target, self.ca_pem),
-                api.create_validating_webhook_configuration,
-                api.patch_validating_webhook_configuration,
-            ),
-        ]
-        for body, create, patch in pairs:
+        await self._register(self._registered)
+
+    async def _register(self, ca_bundle: bytes | None) -> None:
+        target = webhook_target(self.settings)
+        if target is None or self._api_client is None:
+            return
+        api = client.AdmissionregistrationV1Api(self._api_client)
+        await self._put(
+            mutating_webhook_configuration(target, ca_bundle),
+            api.create_mutating_webhook_configuration,
+            api.read_mutating_webhook_configuration,
+            api.patch_mutating_webhook_configuration,
+        )
+        await self._put(
+            validating_webhook_configuration(target, ca_bundle),
+            api.create_validating_webhook_configuration,
+            api.read_validating_webhook_configuration,
+            api.patch_validating_webhook_configuration,
+        )
+        log.info("registered the webhook configurations %s", names.WEBHOOK_CONFIG_NAME)
+
+    async def _put(
+        self,
+        body: dict[str, Any],
+        create: Callable[..., Awaitable[Any]],
+        read: Callable[..., Awaitable[Any]],
+        patch: Callable[..., Awaitable[Any]],
+    ) -> None:
+        """Create, or merge-patch the whole body over the existing object. A body without a
+        caBundle takes the existing one, guarded by its resourceVersion so that a caBundle
+        injected meanwhile is not lost either."""
+        api_client = self._api_client
+        if api_client is None:
+            return
+        keeps = any("caBundle" not in w["clientConfig"] for w in body["webhooks"])
+        for _ in range(CONFLICT_ATTEMPTS):
             try:
                 await create(body)
+                return
             except ApiException as exc:
                 if exc.status != 409:
                     raise
-                await patch(names.WEBHOOK_CONFIG_NAME, body, _content_type=MERGE)
-        log.info("registered the webhook configurations %s", names.WEBHOOK_CONFIG_NAME)
+            update = body
+            if keeps:
+                try:
+                    existing = api_client.sanitize_for_serialization(
+                        await read(names.WEBHOOK_CONFIG_NAME)
+                    )
+                except ApiException as exc:
+                    if exc.status == 404:
+                        continue  # deleted in between: create it again
+                    raise
+                update = keep_ca_bundles(body, existing)
+                version = existing["metadata"]["resourceVersion"]
+                update["metadata"] = {**body["metadata"], "resourceVersion": version}
+            try:
+                await patch(names.WEBHOOK_CONFIG_NAME, update, _content_type=MERGE)
+                return
+            except ApiException as exc:
+                # 409: changed since read; 404: deleted since create said it exists.
+                if exc.status not in (404, 409):
+                    raise
+        raise RuntimeError(
+            f"{body['kind']} {names.WEBHOOK_CONFIG_NAME} changed under each of "
+            f"{CONFLICT_ATTEMPTS} registrations"
+        )
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.webhook_cert_poll_seconds)
+            try:
+                await self._refresh()
+            except CertError as exc:
+                log.warning(
+                    "webhook certificate not reloaded (%s); still serving the one valid "
+                    "until %s", exc, _when(self._not_after or 0),
+                )  # fmt: skip
+            except Exception:
+                # Nothing may end the renewal: the next poll tries again.
+                log.exception("webhook certificate refresh failed; trying again")
+
+    async def _refresh(self) -> None:
+        if self._source is None:
+            return
+        if self._pending is None:
+            self._pending = self._source.refresh()
+        new = self._pending
+        if new is None:
+            return
+        registers = self._api_client is not None and webhook_target(self.settings) is not None
+        if registers and new.ca_bundle and not covers(self._registered, new.ca_bundle):
+            # API servers must trust the new CA before its certificate is served, and the
+            # old one while the old certificate still is.
+            bundle = handover(new.ca_bundle, self._registered, time.time())
+            await self._register(bundle)
+            self._registered = bundle
+            await asyncio.sleep(HANDOVER_SECONDS)
+        self._pending = None
+        load(self._context, new, Path(self._tmp.name))
+        self._not_after = new.not_after
+        log.info("serving a new webhook certificate, valid until %s", _when(new.not_after))
 
     async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
         if self._runner is not None:
             await self._runner.cleanup()
         self._tmp.cleanup()

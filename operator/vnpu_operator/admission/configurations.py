@@ -58,6 +58,26 @@ def client_config(target: WebhookTarget, path: str, ca_pem: bytes | None) -> dic
     return config
 
 
+def keep_ca_bundles(body: dict[str, Any], existing: dict[str, Any]) -> dict[str, Any]:
+    """`body` with the caBundle of `existing`'s same-named webhook wherever `body` has none.
+
+    Registering a configuration replaces its whole `webhooks` list; a caBundle that
+    cert-manager's cainjector (or an admin) put there would be wiped by a body whose
+    CA the operator does not know.
+    """
+    have = {
+        w.get("name"): (w.get("clientConfig") or {}).get("caBundle")
+        for w in existing.get("webhooks") or []
+    }
+    webhooks = []
+    for webhook in body["webhooks"]:
+        injected = have.get(webhook["name"])
+        if injected and not webhook["clientConfig"].get("caBundle"):
+            webhook = {**webhook, "clientConfig": {**webhook["clientConfig"], "caBundle": injected}}
+        webhooks.append(webhook)
+    return {**body, "webhooks": webhooks}
+
+
 def _url(base: str, path: str) -> str:
     # The API server rejects anything but https without user info, query or fragment.
     parts = urlsplit(base)
