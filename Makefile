@@ -41,6 +41,10 @@ image: ## build (or reuse) the product image from Dockerfile without Docker (roo
 crds: $(STAMP) ## regenerate crds/ from the API models
 	$(PY) -m vnpu_common.api.crdgen crds/
 
+.PHONY: chart-docs
+chart-docs: $(STAMP) ## regenerate charts/vnpu-operator/README.md from its values and schema
+	PYTHONPATH=hack $(PY) -m chartdocs charts/vnpu-operator
+
 .PHONY: lint
 lint: $(STAMP) ## ruff
 	$(VENV)/bin/ruff check .
