@@ -38,8 +38,8 @@ image: ## build (or reuse) the product image from Dockerfile without Docker (roo
 	@PYTHON=$(PYTHON) bash hack/image/build.sh
 
 .PHONY: crds
-crds: $(STAMP) ## regenerate crds/ from the API models
-	$(PY) -m vnpu_common.api.crdgen crds/
+crds: $(STAMP) ## regenerate crds/ and the chart's copy from the API models
+	$(PY) -m vnpu_common.api.crdgen crds/ charts/vnpu-operator/files/crds/
 
 .PHONY: chart-docs
 chart-docs: $(STAMP) ## regenerate charts/vnpu-operator/README.md from its values and schema

@@ -3,8 +3,11 @@
 Pydantic emits JSON Schema (with `$ref`s, `anyOf` for optionals, titles);
 the API server wants a structural OpenAPI v3 schema (everything inlined,
 a type on every node, no `$ref`). `structural()` converts one to the other.
+Every property must carry a description (a field's `Field(description=...)`,
+else its model's docstring), so that `kubectl explain` documents all of them:
+generation fails naming each property that has none.
 
-    python -m vnpu_common.api.crdgen crds/      # write
+    python -m vnpu_common.api.crdgen crds/ charts/vnpu-operator/files/crds/   # write
     python -m vnpu_common.api.crdgen --check crds/   # fail on drift
 """
 
@@ -27,6 +30,37 @@ from vnpu_common.api.models import (
 )
 
 _DROP_KEYS = {"title", "default"}
+
+# The fields every object has: the API server publishes its own documentation of them
+# (whatever a CRD says), and refuses a root `metadata` that says anything but its type.
+_SERVER_DESCRIBED = {"apiVersion", "kind", "metadata"}
+
+
+class UndescribedPropertyError(ValueError):
+    """A CRD property without a description: `kubectl explain` would show it bare."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+        super().__init__(
+            "CRD properties without a description (give each a Field(description=...) in "
+            "vnpu_common/api/models.py): " + ", ".join(paths)
+        )
+
+
+def undescribed(schema: dict[str, Any], path: str, *, root: bool = True) -> list[str]:
+    """Paths (kubectl explain's spelling, `[]` for list items) of properties with no
+    description, depth first."""
+    missing: list[str] = []
+    for name, sub in schema.get("properties", {}).items():
+        where = f"{path}.{name}"
+        if root and name in _SERVER_DESCRIBED:
+            continue
+        if not str(sub.get("description", "")).strip():
+            missing.append(where)
+        missing += undescribed(sub, where, root=False)
+    if isinstance(schema.get("items"), dict):
+        missing += undescribed(schema["items"], f"{path}[]", root=False)
+    return missing
 
 
 def structural(model: type[BaseModel]) -> dict[str, Any]:
@@ -105,6 +139,9 @@ def _crd(
     description: str,
 ) -> dict[str, Any]:
     schema = {**schema, "description": description}
+    missing = undescribed(schema, kind)
+    if missing:
+        raise UndescribedPropertyError(missing)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -199,19 +236,25 @@ def render_all() -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("directory", type=Path)
+    parser.add_argument("directories", type=Path, nargs="+", metavar="directory")
     parser.add_argument("--check", action="store_true", help="fail if the files differ")
     args = parser.parse_args(argv)
+    try:
+        rendered = render_all()
+    except UndescribedPropertyError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     drift = []
-    for name, text in render_all().items():
-        path: Path = args.directory / name
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                drift.append(str(path))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path}")
+    for directory in args.directories:
+        for name, text in rendered.items():
+            path: Path = directory / name
+            if args.check:
+                if not path.exists() or path.read_text() != text:
+                    drift.append(str(path))
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+                print(f"wrote {path}")
     if drift:
         print("CRDs drifted from the models; run `make crds`: " + ", ".join(drift), file=sys.stderr)
         return 1

@@ -54,14 +54,29 @@ def now() -> datetime:
 
 
 class Condition(ApiModel):
-    """Shape and validation of metav1.Condition."""
+    """One aspect of the object's state (shape and validation of metav1.Condition)."""
 
-    type: str = Field(max_length=316, pattern=_CONDITION_TYPE_PATTERN)
-    status: ConditionStatus
-    observed_generation: int | None = Field(default=None, ge=0)
-    last_transition_time: datetime
-    reason: str = Field(min_length=1, max_length=1024, pattern=_CONDITION_REASON_PATTERN)
-    message: str = Field(max_length=32768)
+    type: str = Field(
+        max_length=316,
+        pattern=_CONDITION_TYPE_PATTERN,
+        description="Which aspect this condition reports, e.g. Ready; one condition per type.",
+    )
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    observed_generation: int | None = Field(
+        default=None,
+        ge=0,
+        description="metadata.generation of the object when this condition was set.",
+    )
+    last_transition_time: datetime = Field(
+        description="When status last changed (not when the condition was last written)."
+    )
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=_CONDITION_REASON_PATTERN,
+        description="Why the status is what it is, one CamelCase word for programs.",
+    )
+    message: str = Field(max_length=32768, description="Why, in words for people; may be empty.")
 
 
 def set_condition(
@@ -150,13 +165,28 @@ class VNPUAllocationSpec(ApiModel):
 
 
 class VNPUAllocationStatus(ApiModel):
-    phase: Phase | None = Field(default=None, description="Pending, Ready, Releasing or Failed.")
+    """What the node agent last did with the allocation; written by the agent only."""
+
+    phase: Phase | None = Field(
+        default=None,
+        description="Pending (vNPU not created yet), Ready (created, the pod may start), "
+        "Releasing (being destroyed) or Failed (see message).",
+    )
     conditions: list[Condition] = Field(
-        default_factory=list, json_schema_extra=LIST_MAP_BY_TYPE, max_length=8
+        default_factory=list,
+        json_schema_extra=LIST_MAP_BY_TYPE,
+        max_length=8,
+        description="Ready (the vNPU exists) and Healthy (its chip is healthy), by type.",
     )
     device_path: str | None = Field(default=None, description="Host device node of the vNPU.")
-    observed_generation: int | None = Field(default=None, ge=0)
-    message: str | None = Field(default=None, max_length=32768)
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation the agent acted on last."
+    )
+    message: str | None = Field(
+        default=None,
+        max_length=32768,
+        description="Why the allocation is Failed or still Pending, in words; empty when Ready.",
+    )
 
 
 class VNPUAllocation(ApiModel):
@@ -174,57 +204,89 @@ class VNPUAllocation(ApiModel):
 class TemplateResources(ApiModel):
     """A template a chip offers and what one vNPU of it takes."""
 
-    name: str = Field(max_length=names.TEMPLATE_MAX_LEN, pattern=names.TEMPLATE_PATTERN)
-    aicore: int = Field(ge=0)
-    memory_mb: int = Field(ge=0)
-    aicpu: int = Field(ge=0)
+    name: str = Field(
+        max_length=names.TEMPLATE_MAX_LEN,
+        pattern=names.TEMPLATE_PATTERN,
+        description="Template name as pods ask for it (vnpu.io/template), e.g. vir05_1c_16g.",
+    )
+    aicore: int = Field(ge=0, description="AI Cores one vNPU of this template takes.")
+    memory_mb: int = Field(ge=0, description="Device memory one vNPU takes, in MiB.")
+    aicpu: int = Field(ge=0, description="AI CPUs one vNPU takes.")
     media: int = Field(default=0, ge=0, description="Media (DVPP) units the template takes.")
 
 
 class VNPUInfo(ApiModel):
     """A vNPU present on a chip and who owns it, by declaration."""
 
-    id: int = Field(ge=names.VNPU_ID_MIN, le=names.VNPU_ID_MAX)
-    template: str
+    id: int = Field(
+        ge=names.VNPU_ID_MIN,
+        le=names.VNPU_ID_MAX,
+        description="vNPU id on the node (a VNPUAllocation's spec.vnpuId).",
+    )
+    template: str = Field(description="Template the vNPU was created with.")
     in_use: bool = Field(default=False, description="Driver's is_container_used flag.")
     allocation: str | None = Field(
         default=None, description="namespace/name of the owning allocation; none for orphans."
     )
-    pod_uid: str | None = Field(default=None, alias="podUID")
+    pod_uid: str | None = Field(
+        default=None, alias="podUID", description="UID of the owning pod; none for orphans."
+    )
 
 
 class ChipStatus(ApiModel):
-    index: int = Field(ge=0)
-    physical_id: int = Field(ge=0)
-    card_id: int = Field(ge=0)
-    device_id: int = Field(ge=0)
-    model: str = Field(min_length=1)
-    health: Health
-    aicore_total: int = Field(ge=0)
-    aicore_free: int = Field(ge=0)
-    memory_total_mb: int = Field(ge=0)
-    memory_free_mb: int = Field(ge=0)
-    aicpu_total: int = Field(ge=0)
-    aicpu_free: int = Field(ge=0)
-    media_total: int = Field(default=0, ge=0)
-    media_free: int = Field(default=0, ge=0)
-    vnpu_id_min: int = Field(ge=names.VNPU_ID_MIN, le=names.VNPU_ID_MAX)
-    vnpu_id_max: int = Field(ge=names.VNPU_ID_MIN, le=names.VNPU_ID_MAX)
+    """One NPU chip as the driver reports it: identity, health, capacity and its vNPUs."""
+
+    index: int = Field(
+        ge=0, description="Chip index on the node (npu-smi logical id); the key of this list."
+    )
+    physical_id: int = Field(ge=0, description="Physical chip id (npu-smi's Phy-ID).")
+    card_id: int = Field(ge=0, description="NPU card (npu-smi's NPU ID) the chip is on.")
+    device_id: int = Field(ge=0, description="Chip number on its card (npu-smi's Chip ID).")
+    model: str = Field(min_length=1, description="Chip model, e.g. 310P3 or 910B3.")
+    health: Health = Field(
+        description="Healthy, Unhealthy or Unknown; no new vNPU goes to an unhealthy chip."
+    )
+    aicore_total: int = Field(ge=0, description="AI Cores of the whole chip.")
+    aicore_free: int = Field(ge=0, description="AI Cores no vNPU takes.")
+    memory_total_mb: int = Field(ge=0, description="Device memory of the whole chip, in MiB.")
+    memory_free_mb: int = Field(ge=0, description="Device memory no vNPU takes, in MiB.")
+    aicpu_total: int = Field(ge=0, description="AI CPUs of the whole chip.")
+    aicpu_free: int = Field(ge=0, description="AI CPUs no vNPU takes.")
+    media_total: int = Field(
+        default=0, ge=0, description="Media (DVPP) units of the whole chip; 0 if not reported."
+    )
+    media_free: int = Field(default=0, ge=0, description="Media (DVPP) units no vNPU takes.")
+    vnpu_id_min: int = Field(
+        ge=names.VNPU_ID_MIN,
+        le=names.VNPU_ID_MAX,
+        description="Lowest vNPU id the driver accepts on this chip.",
+    )
+    vnpu_id_max: int = Field(
+        ge=names.VNPU_ID_MIN,
+        le=names.VNPU_ID_MAX,
+        description="Highest vNPU id the driver accepts on this chip.",
+    )
     templates: list[TemplateResources] = Field(
         default_factory=list,
+        description="Templates this chip offers and what one vNPU of each takes, by name.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     vnpus: list[VNPUInfo] = Field(
         default_factory=list,
+        description="vNPUs present on the chip now, with their owners, by id.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
     )
 
 
 class VNPUNodeStatus(ApiModel):
+    """What the node's agent sees on its chips; written by the agent only."""
+
     driver: str | None = Field(default=None, description="Driver backend: sim, npu-smi or dcmi.")
-    chip_count: int = Field(default=0, ge=0)
-    vnpu_count: int = Field(default=0, ge=0)
-    free_aicore: int = Field(default=0, ge=0, alias="freeAICore")
+    chip_count: int = Field(default=0, ge=0, description="Number of NPU chips on the node.")
+    vnpu_count: int = Field(default=0, ge=0, description="Number of vNPUs on all chips.")
+    free_aicore: int = Field(
+        default=0, ge=0, alias="freeAICore", description="AI Cores free on all chips together."
+    )
     # Printer columns show one value of a list: these say "0,3" in one cell.
     # Empty rather than absent when none: the agent's merge patch of the
     # status would leave an absent field as it was.
@@ -238,13 +300,17 @@ class VNPUNodeStatus(ApiModel):
     )
     chips: list[ChipStatus] = Field(
         default_factory=list,
+        description="Every NPU chip of the node, by index.",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["index"],
         },
     )
     conditions: list[Condition] = Field(
-        default_factory=list, json_schema_extra=LIST_MAP_BY_TYPE, max_length=8
+        default_factory=list,
+        json_schema_extra=LIST_MAP_BY_TYPE,
+        max_length=8,
+        description="Ready (the driver answers) and ChipsHealthy (no chip is unhealthy), by type.",
     )
 
 
