@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from prometheus_client.aiohttp import make_aiohttp_handler
 
 
 async def serve_http(
@@ -15,12 +16,11 @@ async def serve_http(
     ready: Callable[[], bool],
     not_ready: str,
 ) -> web.AppRunner:
-    """/metrics (Prometheus text), /healthz (the process answers) and
-    /readyz (503 with `not_ready` until `ready()`)."""
-
-    async def metrics(_: web.Request) -> web.Response:
-        body = generate_latest(registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    """/metrics, /healthz (the process answers) and /readyz (503 with
+    `not_ready` until `ready()`). /metrics is the client library's own
+    handler: the OpenMetrics format to a scraper that asks for it (Prometheus
+    does), the text format otherwise, gzip when the request accepts it, and
+    `name[]` to ask for some metrics only."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -31,7 +31,7 @@ async def serve_http(
         return web.Response(status=503, text=not_ready)
 
     app = web.Application()
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", make_aiohttp_handler(registry))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     # Probes and scrapes answer at once; a shutdown never waits a minute

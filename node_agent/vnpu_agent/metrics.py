@@ -1,50 +1,62 @@
 """Agent metrics. Counters accumulate; everything describing current state
 (vNPUs, allocations, chip capacity) is built at scrape time from the node
-agents, so an object that is gone leaves no series behind."""
+agents, so an object that is gone leaves no series behind.
+
+Naming as the operator's (docs/DECISIONS.md, issue 16): one quantity in one
+base unit per metric; chips are labelled `node`, `chip` (our index) and `id`
+(the physical id, Ascend npu-exporter's `id`), a vNPU `v_dev_id` (npu-exporter's
+label for it) and a pod `namespace` and `pod` (kube-state-metrics')."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from vnpu_common import names
+from vnpu_common.metrics_registry import component_registry
 
 if TYPE_CHECKING:
     from vnpu_agent.node import NodeAgent
 
+PREFIX: Final = "vnpu_agent"
+MIB: Final = 1024 * 1024
+CHIP_LABELS: Final = ["node", "chip", "id", "model"]
+
 
 class AgentMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        self.registry = registry or component_registry(PREFIX)
         self.driver_ops = Counter(
-            "vnpu_agent_driver_operations_total",
+            f"{PREFIX}_driver_operations_total",
             "Driver calls by operation and result (ok or the error reason).",
             ["node", "op", "result"],
             registry=self.registry,
         )
         self.driver_seconds = Histogram(
-            "vnpu_agent_driver_operation_seconds",
+            f"{PREFIX}_driver_operation_duration_seconds",
             "Driver call duration.",
             ["op"],
             registry=self.registry,
             buckets=(0.001, 0.005, 0.02, 0.1, 0.5, 2, 10, 30),
         )
         self.gc_actions = Counter(
-            "vnpu_agent_gc_actions_total",
+            f"{PREFIX}_gc_actions_total",
             "Garbage collection actions by reason (orphan, foreign, kept-foreign, *-failed).",
             ["node", "reason"],
             registry=self.registry,
         )
         self.releases = Counter(
-            "vnpu_agent_releases_total",
+            f"{PREFIX}_releases_total",
             "Allocations released (vNPU destroyed, finalizer removed).",
             ["node"],
             registry=self.registry,
         )
         self.node_restorations = Counter(
-            "vnpu_agent_vnpunode_restorations_total",
+            f"{PREFIX}_vnpunode_restorations_total",
             "The node's VNPUNode put back after someone else changed it, by what was "
             "changed (deleted, unlabelled, status).",
             ["node", "what"],
@@ -74,60 +86,76 @@ class _StateCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         vnpus = GaugeMetricFamily(
-            "vnpu_agent_vnpus",
-            "vNPUs present on the driver, by owner state.",
-            labels=["node", "chip", "template", "state"],
+            f"{PREFIX}_vnpus",
+            "vNPUs present on the driver, by owner state (allocated: an allocation "
+            "declares it; orphan: this agent made it and nothing declares it; foreign: "
+            "not made by this agent).",
+            labels=[*CHIP_LABELS, "template", "state"],
         )
-        allocs = GaugeMetricFamily(
-            "vnpu_agent_allocation_info",
-            "Allocations this agent serves (1 per allocation).",
-            labels=["node", "namespace", "name", "vnpu_id", "template", "phase"],
-        )
-        capacity = GaugeMetricFamily(
-            "vnpu_agent_chip_capacity",
-            "Chip resources as the driver reports them.",
-            labels=["node", "chip", "model", "resource", "kind"],
-        )
-        healthy = GaugeMetricFamily(
-            "vnpu_agent_chip_healthy", "1 if the chip is healthy.", labels=["node", "chip", "model"]
-        )
+        allocs = InfoMetricFamily(
+            f"{PREFIX}_allocation",
+            "Allocations this agent serves: which pod owns which vNPU (value 1).",
+            labels=[
+                "node", "namespace", "allocation", "pod", "chip", "id", "v_dev_id",
+                "template", "phase",
+            ],
+        )  # fmt: skip
+
+        def chip_gauge(name: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"{PREFIX}_chip_{name}", doc, labels=CHIP_LABELS)
+
+        driver = "as the driver reports them"
+        aicore_cap = chip_gauge("aicore_capacity", "AI Cores of the chip.")
+        aicore_free = chip_gauge("aicore_free", f"AI Cores free, {driver}.")
+        memory_cap = chip_gauge("memory_capacity_bytes", "Device memory of the chip.")
+        memory_free = chip_gauge("memory_free_bytes", f"Device memory free, {driver}.")
+        aicpu_cap = chip_gauge("aicpu_capacity", "AI CPUs of the chip.")
+        aicpu_free = chip_gauge("aicpu_free", f"AI CPUs free, {driver}.")
+        healthy = chip_gauge("healthy", "1 if the driver reports the chip healthy.")
         for agent in self._agents():
+            physical = {c.index: str(c.physical_id) for c in agent.chips}
+            models = {c.index: c.model for c in agent.chips}
             referenced = agent.referenced_ids()
-            counts: dict[tuple[str, str, str, str], int] = {}
+            counts: dict[tuple[str, ...], int] = {}
             for v in agent.vnpus.values():
                 state = (
                     "allocated"
                     if v.id in referenced
                     else ("orphan" if v.id in agent.owned else "foreign")
                 )
-                k = (agent.node, str(v.chip), v.template, state)
+                chip = (agent.node, str(v.chip), physical.get(v.chip, ""), models.get(v.chip, ""))
+                k = (*chip, v.template, state)
                 counts[k] = counts.get(k, 0) + 1
-            for k, n in counts.items():
-                vnpus.add_metric(list(k), n)
+            for key, n in counts.items():
+                vnpus.add_metric(list(key), n)
             for obj in agent.allocs.values():
                 meta, spec = obj.get("metadata", {}), obj.get("spec", {})
-                phase = obj.get("status", {}).get("phase") or "Pending"
+                phase = obj.get("status", {}).get("phase") or names.PHASE_PENDING
                 if meta.get("deletionTimestamp"):
-                    phase = "Releasing"
+                    phase = names.PHASE_RELEASING
+                chip_index = spec.get("chip")
                 allocs.add_metric(
-                    [
-                        agent.node,
-                        meta.get("namespace", ""),
-                        meta.get("name", ""),
-                        str(spec.get("vnpuId", "")),
-                        str(spec.get("template", "")),
-                        phase,
-                    ],
-                    1,
+                    [],
+                    {
+                        "node": agent.node,
+                        "namespace": str(meta.get("namespace", "")),
+                        "allocation": str(meta.get("name", "")),
+                        "pod": str(spec.get("podName", "")),
+                        "chip": "" if chip_index is None else str(chip_index),
+                        "id": physical.get(chip_index, "") if isinstance(chip_index, int) else "",
+                        "v_dev_id": str(spec.get("vnpuId", "")),
+                        "template": str(spec.get("template", "")),
+                        "phase": phase,
+                    },
                 )
             for c in agent.chips:
-                labels = [agent.node, str(c.index), c.model]
+                labels = [agent.node, str(c.index), str(c.physical_id), c.model]
                 healthy.add_metric(labels, 1 if c.healthy else 0)
-                for res, total, free in (
-                    ("aicore", c.aicore_total, c.aicore_free),
-                    ("memory_mb", c.memory_total_mb, c.memory_free_mb),
-                    ("aicpu", c.aicpu_total, c.aicpu_free),
-                ):
-                    capacity.add_metric([*labels, res, "total"], total)
-                    capacity.add_metric([*labels, res, "free"], free)
-        yield from (vnpus, allocs, capacity, healthy)
+                aicore_cap.add_metric(labels, c.aicore_total)
+                aicore_free.add_metric(labels, c.aicore_free)
+                memory_cap.add_metric(labels, c.memory_total_mb * MIB)
+                memory_free.add_metric(labels, c.memory_free_mb * MIB)
+                aicpu_cap.add_metric(labels, c.aicpu_total)
+                aicpu_free.add_metric(labels, c.aicpu_free)
+        yield from (vnpus, allocs, healthy)
+        yield from (aicore_cap, aicore_free, memory_cap, memory_free, aicpu_cap, aicpu_free)

@@ -46,7 +46,7 @@ from vnpu_operator.lifecycle import (
     is_terminal,
     unservable,
 )
-from vnpu_operator.metrics import OperatorMetrics, StateView
+from vnpu_operator.metrics import OperatorMetrics, StateView, WaitingPod
 from vnpu_operator.notices import Notices
 from vnpu_operator.pinning import PinningError, pin_patch
 from vnpu_operator.placement import (
@@ -146,7 +146,7 @@ class Controller:
             StateView(
                 allocations=lambda: list(self.allocs.values()),
                 capacity=self.ledger.capacity,
-                waiting=lambda: len(self.waiting()),
+                waiting=self.waiting_pods,
                 live_nodes=self.inventories.live,
             )
         )
@@ -163,6 +163,26 @@ class Controller:
         """Pods waiting for capacity, oldest first."""
         waiting = [(s.waiting_since, uid) for uid, s in self.states.items() if s.waiting_since]
         return [uid for _, uid in sorted(waiting)]
+
+    def waiting_pods(self) -> list[WaitingPod]:
+        """The waiting pods as metrics name them (a pod the cache no longer
+        holds is about to be forgotten, and is left out)."""
+        now = self.clock()
+        out: list[WaitingPod] = []
+        for uid, state in self.states.items():
+            pod = self.pods.get(uid)
+            if state.waiting_since is None or pod is None:
+                continue
+            meta = pod.get("metadata") or {}
+            out.append(
+                WaitingPod(
+                    namespace=str(meta.get("namespace", "")),
+                    pod=str(meta.get("name", "")),
+                    reason=state.waiting_reason,
+                    waited_seconds=now - state.waiting_since,
+                )
+            )
+        return out
 
     def offered_templates(self) -> OfferedTemplates | None:
         """What the webhook checks requests against; None until synced (it

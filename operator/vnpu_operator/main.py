@@ -47,7 +47,8 @@ async def run(settings: OperatorSettings) -> None:
         lambda: controller.synced,
         "caches not synced",
     )
-    webhook = WebhookServer(settings, controller.offered_templates, controller.quotas)
+    webhook = WebhookServer(settings, controller.offered_templates, controller.quotas, metrics)
+    metrics.watch_certificate(webhook.cert_not_after)
     await webhook.start()
     await webhook.register(api_client)
 

@@ -1,22 +1,47 @@
 """Operator metrics. Counters and histograms accumulate; everything that
 describes current state (allocations, chip capacity, waiting pods) is built
 at scrape time from the controller's caches, so a deleted pod or allocation
-leaves no series behind."""
+leaves no series behind.
+
+Naming (docs/DECISIONS.md, issue 16): one quantity in one base unit per
+metric, capacity apart from use; pods are labelled `namespace` and `pod` as
+kube-state-metrics labels them, chips `node`, `chip` (our index, as in a
+VNPUAllocation) and `id` (the physical id Ascend's npu-exporter labels them
+with)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from vnpu_common import names
+from vnpu_common.metrics_registry import component_registry
 from vnpu_operator.placement import ChipCapacity
 
+PREFIX: Final = "vnpu_operator"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
+# An admission answer is computed in memory: milliseconds, and the API
+# server's timeout (10 s by default) is the far end.
+ADMISSION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+MIB: Final = 1024 * 1024
+CHIP_LABELS: Final = ["node", "chip", "id", "model"]
+
+
+@dataclass(frozen=True)
+class WaitingPod:
+    """A pod gated for want of capacity: who, why (the placement reason code)
+    and how long it has waited."""
+
+    namespace: str
+    pod: str
+    reason: str
+    waited_seconds: float
 
 
 @dataclass(frozen=True)
@@ -25,34 +50,34 @@ class StateView:
 
     allocations: Callable[[], Iterable[Mapping[str, Any]]]
     capacity: Callable[[], Iterable[ChipCapacity]]
-    waiting: Callable[[], int]
+    waiting: Callable[[], Iterable[WaitingPod]]
     live_nodes: Callable[[], Mapping[str, bool]]
 
 
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        self.registry = registry or component_registry(PREFIX)
         self.allocation_latency = Histogram(
-            "vnpu_operator_allocation_latency_seconds",
+            f"{PREFIX}_allocation_latency_seconds",
             "Pod seen by the operator -> vNPUs Ready and pod ungated.",
             registry=self.registry,
             buckets=LATENCY_BUCKETS,
         )
         self.release_latency = Histogram(
-            "vnpu_operator_release_latency_seconds",
+            f"{PREFIX}_release_latency_seconds",
             "No container of a deleted or terminal pod can run any more -> every vNPU "
             "destroyed and the pod finalizer removed.",
             registry=self.registry,
             buckets=LATENCY_BUCKETS,
         )
         self.placement_failures = Counter(
-            "vnpu_operator_placement_failures_total",
+            f"{PREFIX}_placement_failures_total",
             "Placements that found no room, by primary reason.",
             ["reason"],
             registry=self.registry,
         )
         self.allocation_failures = Counter(
-            "vnpu_operator_allocation_failures_total",
+            f"{PREFIX}_allocation_failures_total",
             "Allocations an agent reported Failed, by node.",
             ["node"],
             registry=self.registry,
@@ -60,25 +85,86 @@ class OperatorMetrics:
         # Written by kubeapi.OperatorApi: a handful of operations times the
         # statuses the API server answers, so the series stay few.
         self.api_errors = Counter(
-            "vnpu_operator_api_errors_total",
+            f"{PREFIX}_api_errors_total",
             "Operator API writes that failed, by operation and HTTP status "
             "(none: no answer). AlreadyExists on create, and NotFound where a gone "
             "object leaves nothing to do (delete, finalizer, condition), are not failures.",
             ["operation", "status"],
             registry=self.registry,
         )
+        # Written by admission.webhook: webhook is mutate or validate.
+        self.admission_requests = Counter(
+            f"{PREFIX}_admission_requests_total",
+            "AdmissionReviews answered, by webhook and outcome (allowed, denied, "
+            "bad-request: not a review we can read, error: the webhook failed).",
+            ["webhook", "outcome"],
+            registry=self.registry,
+        )
+        self.admission_denials = Counter(
+            f"{PREFIX}_admission_denials_total",
+            "Pods the webhooks refused, by webhook and reason (not-synced, invalid-request, "
+            "no-charge, over-quota, not-mutated).",
+            ["webhook", "reason"],
+            registry=self.registry,
+        )
+        self.admission_duration = Histogram(
+            f"{PREFIX}_admission_duration_seconds",
+            "Time to answer one AdmissionReview, body read to answer encoded.",
+            ["webhook"],
+            registry=self.registry,
+            buckets=ADMISSION_BUCKETS,
+        )
 
     def watch(self, view: StateView) -> None:
         self.registry.register(_StateCollector(view))
 
+    def watch_certificate(self, not_after: Callable[[], float | None]) -> None:
+        """`not_after`: epoch seconds at which the webhook's serving
+        certificate expires, None while unknown (no series then)."""
+        self.registry.register(_CertificateCollector(not_after))
 
-class _StateCollector(Collector):
-    def __init__(self, view: StateView) -> None:
-        self._view = view
+
+class _CertificateCollector(Collector):
+    def __init__(self, not_after: Callable[[], float | None]) -> None:
+        self._not_after = not_after
 
     def collect(self) -> Iterator[Metric]:
+        expiry = GaugeMetricFamily(
+            f"{PREFIX}_webhook_certificate_expiration_timestamp_seconds",
+            "When the admission webhook's serving certificate expires (Unix time).",
+        )
+        try:
+            value = self._not_after()
+        except Exception:
+            # A scrape never fails for a certificate that cannot be read:
+            # the series goes missing instead, which an alert can see.
+            value = None
+        if value is not None:
+            expiry.add_metric([], value)
+        yield expiry
+
+
+class _StateCollector(Collector):
+    def __init__(self, view: StateView, clock: Callable[[], float] = time.time) -> None:
+        self._view = view
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        yield self._allocations()
+        yield from self._chips()
+        yield from self._waiting()
+        live = GaugeMetricFamily(
+            f"{PREFIX}_node_live",
+            "1 if the node's agent Lease is valid and the Node exists.",
+            labels=["node"],
+        )
+        for node, is_live in sorted(self._view.live_nodes().items()):
+            live.add_metric([node], 1 if is_live else 0)
+        yield live
+
+    def _allocations(self) -> Metric:
         allocs = GaugeMetricFamily(
-            "vnpu_operator_allocations",
+            f"{PREFIX}_allocations",
             "VNPUAllocation objects by phase, template and node.",
             labels=["phase", "template", "node"],
         )
@@ -92,44 +178,67 @@ class _StateCollector(Collector):
             counts[key] = counts.get(key, 0) + 1
         for key, n in sorted(counts.items()):
             allocs.add_metric(list(key), n)
+        return allocs
 
-        capacity = GaugeMetricFamily(
-            "vnpu_operator_chip_capacity",
-            "Chip resources as placement books them (kind total, used or free).",
-            labels=["node", "chip", "model", "resource", "kind"],
+    def _chips(self) -> Iterator[Metric]:
+        def chip_gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"{PREFIX}_chip_{name}", doc, labels=[*CHIP_LABELS, *extra])
+
+        booked = "as placement books them: declared vNPUs and orphans"
+        aicore_cap = chip_gauge("aicore_capacity", "AI Cores of the chip.")
+        aicore_used = chip_gauge("aicore_used", f"AI Cores in use, {booked}.")
+        memory_cap = chip_gauge("memory_capacity_bytes", "Device memory of the chip.")
+        memory_used = chip_gauge("memory_used_bytes", f"Device memory in use, {booked}.")
+        aicpu_cap = chip_gauge("aicpu_capacity", "AI CPUs of the chip.")
+        aicpu_used = chip_gauge("aicpu_used", f"AI CPUs in use, {booked}.")
+        vnpu_cap = chip_gauge("vnpu_capacity", "The most vNPUs the chip can hold.")
+        vnpus = chip_gauge(
+            "vnpus", "vNPUs on the chip by state (allocated: declared; orphan).", ("state",)
         )
-        vnpus = GaugeMetricFamily(
-            "vnpu_operator_chip_vnpus",
-            "vNPUs booked on a chip, and its limit.",
-            labels=["node", "chip", "model", "kind"],
-        )
-        unavailable = GaugeMetricFamily(
-            "vnpu_operator_chip_unavailable",
+        unavailable = chip_gauge(
+            "unavailable",
             "1 for a chip that takes no new vNPU: cordoned by an admin or unhealthy by its "
             "driver (reason cordoned or unhealthy; a chip may have both series).",
-            labels=["node", "chip", "model", "reason"],
+            ("reason",),
         )
         for chip in self._view.capacity():
-            labels = [chip.node, str(chip.chip), chip.model]
+            labels = [chip.node, str(chip.chip), str(chip.physical_id), chip.model]
             if chip.cordoned is not None:
                 unavailable.add_metric([*labels, "cordoned"], 1)
             if chip.health != "Healthy":
                 unavailable.add_metric([*labels, "unhealthy"], 1)
-            for resource in ("aicore", "memory_mb", "aicpu"):
-                for kind, res in (("total", chip.total), ("used", chip.used), ("free", chip.free)):
-                    capacity.add_metric([*labels, resource, kind], getattr(res, resource))
+            aicore_cap.add_metric(labels, chip.total.aicore)
+            aicore_used.add_metric(labels, chip.used.aicore)
+            memory_cap.add_metric(labels, chip.total.memory_mb * MIB)
+            memory_used.add_metric(labels, chip.used.memory_mb * MIB)
+            aicpu_cap.add_metric(labels, chip.total.aicpu)
+            aicpu_used.add_metric(labels, chip.used.aicpu)
+            vnpu_cap.add_metric(labels, chip.vnpu_limit)
             vnpus.add_metric([*labels, "allocated"], chip.allocated)
-            vnpus.add_metric([*labels, "limit"], chip.vnpu_limit)
+            vnpus.add_metric([*labels, "orphan"], chip.orphans)
+        yield from (aicore_cap, aicore_used, memory_cap, memory_used, aicpu_cap, aicpu_used)
+        yield from (vnpu_cap, vnpus, unavailable)
 
-        waiting = GaugeMetricFamily(
-            "vnpu_operator_pods_waiting", "Gated pods waiting for vNPU capacity."
+    def _waiting(self) -> Iterator[Metric]:
+        count = GaugeMetricFamily(
+            f"{PREFIX}_pods_waiting",
+            "Gated pods waiting for vNPU capacity, by the placement's primary reason.",
+            labels=["reason"],
         )
-        waiting.add_metric([], self._view.waiting())
-        live = GaugeMetricFamily(
-            "vnpu_operator_node_live",
-            "1 if the node's agent Lease is valid and the Node exists.",
-            labels=["node"],
+        since = GaugeMetricFamily(
+            f"{PREFIX}_pod_waiting_since_timestamp_seconds",
+            "When a gated pod started to wait for vNPU capacity (Unix time), with the "
+            "placement's primary reason.",
+            labels=["namespace", "pod", "reason"],
         )
-        for node, is_live in sorted(self._view.live_nodes().items()):
-            live.add_metric([node], 1 if is_live else 0)
-        yield from (allocs, capacity, vnpus, unavailable, waiting, live)
+        now = self._clock()
+        counts: dict[str, int] = {}
+        for pod in self._view.waiting():
+            counts[pod.reason] = counts.get(pod.reason, 0) + 1
+            # To the millisecond, so that scrapes of one wait agree.
+            since.add_metric(
+                [pod.namespace, pod.pod, pod.reason], round(now - pod.waited_seconds, 3)
+            )
+        for reason, n in sorted(counts.items()):
+            count.add_metric([reason], n)
+        yield from (count, since)

@@ -90,6 +90,7 @@ class Placer:
         if isinstance(result, NoFit):
             if state.waiting_since is None:
                 state.waiting_since = state.seen_at
+            state.waiting_reason = result.primary_reason.value
             self.metrics.placement_failures.labels(result.primary_reason.value).inc()
             await self.notices.tell(
                 pod, state, names.REASON_WAITING, result.message, condition=True,

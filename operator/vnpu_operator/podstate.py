@@ -22,6 +22,8 @@ class PodState:
     # When it started to wait for capacity (None: not waiting); waiting pods
     # are retried oldest first when capacity grows.
     waiting_since: float | None = None
+    # Why it waits: the placement's primary reason code (a metric label).
+    waiting_reason: str = ""
     # Placements whose vNPUs failed, and the nodes where they did.
     attempts: int = 0
     avoid: set[str] = field(default_factory=set)

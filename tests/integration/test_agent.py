@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from agent_harness import allocation, create, get_alloc, phase
+from prometheus_client.parser import text_string_to_metric_families
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AGENT_NAMESPACE, AgentProcess, vnpu_ids
@@ -199,10 +200,13 @@ def test_foreign_vnpus_are_kept_and_reported_by_default(
     metric = f'vnpu_agent_gc_actions_total{{node="{node}",reason="kept-foreign"}}'
     wait_for("foreign vNPU reported", lambda: metric in agent.metrics(), timeout=20)
     assert 107 in vnpu_ids(sim)
-    assert (
-        f'vnpu_agent_vnpus{{chip="0",node="{node}",state="foreign",template="vir05_1c_16g"}} 1.0'
-        in agent.metrics()
-    )
+    foreign = {"node": node, "chip": "0", "state": "foreign", "template": "vir05_1c_16g"}
+    assert [
+        s.value
+        for family in text_string_to_metric_families(agent.metrics())
+        for s in family.samples
+        if s.name == "vnpu_agent_vnpus" and foreign.items() <= s.labels.items()
+    ] == [1.0]
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,10 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
@@ -23,6 +24,9 @@ from vnpu_operator.admission.offered import OfferedTemplates
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.validation import validate_pod
 from vnpu_operator.annotations import AdmissionError, parse_request, requests_vnpus
+
+if TYPE_CHECKING:
+    from vnpu_operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +45,22 @@ NOT_SYNCED: Final = (
 OfferedSource = Callable[[], OfferedTemplates | None]
 
 
+# Why a pod was refused, as a metric label: a few stable codes, never the
+# message (which names the pod's own values).
+DENIED_NOT_SYNCED: Final = "not-synced"
+DENIED_INVALID: Final = "invalid-request"
+DENIED_NO_CHARGE: Final = "no-charge"
+DENIED_OVER_QUOTA: Final = "over-quota"
+DENIED_NOT_MUTATED: Final = "not-mutated"
+
+
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
     problems: list[str] = field(default_factory=list)
     patch: list[JsonPatchOp] = field(default_factory=list)
+    # One of the DENIED_* codes when not allowed.
+    reason: str = ""
 
 
 OverQuota = Callable[[Charge], str | None]
@@ -68,21 +83,21 @@ def decide_mutation(
     if offered is None:
         # Without the chips' templates there is no charge, and a pod admitted
         # uncharged would escape its namespace's quota for its whole life.
-        return Decision(allowed=False, problems=[NOT_SYNCED])
+        return Decision(allowed=False, problems=[NOT_SYNCED], reason=DENIED_NOT_SYNCED)
     problems = validate_pod(pod, offered)
     if problems:
-        return Decision(allowed=False, problems=problems)
+        return Decision(allowed=False, problems=problems, reason=DENIED_INVALID)
     request = parse_request(pod)
     charge = charge_for(request.template, request.count, request.chip_model, offered)
     if isinstance(charge, str):
-        return Decision(allowed=False, problems=[charge])
+        return Decision(allowed=False, problems=[charge], reason=DENIED_NO_CHARGE)
     refusal = over_quota(charge)
     if refusal is not None:
-        return Decision(allowed=False, problems=[refusal])
+        return Decision(allowed=False, problems=[refusal], reason=DENIED_OVER_QUOTA)
     try:
         return Decision(allowed=True, patch=mutate_pod(pod, runtime_class_name, charge))
     except AdmissionError as exc:
-        return Decision(allowed=False, problems=list(exc.problems))
+        return Decision(allowed=False, problems=list(exc.problems), reason=DENIED_INVALID)
 
 
 def decide_validation(
@@ -108,18 +123,24 @@ def decide_validation(
                 "MutatingWebhookConfiguration "
                 f"{names.WEBHOOK_CONFIG_NAME} installed, or did a later webhook undo it?"
             ],
+            reason=DENIED_NOT_MUTATED,
         )
     return Decision(allowed=True)
 
 
 def create_app(
-    offered: OfferedSource, *, runtime_class_name: str = "", quotas: QuotaBook | None = None
+    offered: OfferedSource,
+    *,
+    runtime_class_name: str = "",
+    quotas: QuotaBook | None = None,
+    metrics: OperatorMetrics | None = None,
 ) -> web.Application:
     """POST /mutate, POST /validate, GET /healthz. TLS is the caller's: the
     API server only calls https endpoints. `runtime_class_name`: see mutate_pod;
-    `quotas`: the namespaces' vNPU quotas, to refuse a pod that exceeds one."""
+    `quotas`: the namespaces' vNPU quotas, to refuse a pod that exceeds one;
+    `metrics`: where requests, denials and answer times are counted."""
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    hooks = _Hooks(offered, runtime_class_name, quotas or QuotaBook())
+    hooks = _Hooks(offered, runtime_class_name, quotas or QuotaBook(), metrics)
     app.router.add_post(names.WEBHOOK_MUTATE_PATH, hooks.mutate)
     app.router.add_post(names.WEBHOOK_VALIDATE_PATH, hooks.validate)
     app.router.add_get(names.WEBHOOK_HEALTH_PATH, _healthz)
@@ -146,27 +167,47 @@ Decide = Callable[[Mapping[str, Any], OfferedTemplates | None, str, OverQuota], 
 
 
 class _Hooks:
-    def __init__(self, offered: OfferedSource, runtime_class_name: str, quotas: QuotaBook) -> None:
+    def __init__(
+        self,
+        offered: OfferedSource,
+        runtime_class_name: str,
+        quotas: QuotaBook,
+        metrics: OperatorMetrics | None,
+    ) -> None:
         self._offered = offered
         self._runtime_class_name = runtime_class_name
         self._quotas = quotas
+        self._metrics = metrics
 
     async def mutate(self, request: web.Request) -> web.Response:
-        return await self._handle(request, decide_mutation)
+        return await self._measured("mutate", request, decide_mutation)
 
     async def validate(self, request: web.Request) -> web.Response:
-        return await self._handle(request, decide_validation)
+        return await self._measured("validate", request, decide_validation)
 
-    async def _handle(self, request: web.Request, decide: Decide) -> web.Response:
+    async def _measured(self, webhook: str, request: web.Request, decide: Decide) -> web.Response:
+        start = time.perf_counter()
+        response, outcome, reason = await self._handle(request, decide)
+        if self._metrics is not None:
+            self._metrics.admission_duration.labels(webhook).observe(time.perf_counter() - start)
+            self._metrics.admission_requests.labels(webhook, outcome).inc()
+            if reason:
+                self._metrics.admission_denials.labels(webhook, reason).inc()
+        return response
+
+    async def _handle(self, request: web.Request, decide: Decide) -> tuple[web.Response, str, str]:
+        """The answer, its outcome (allowed, denied, bad-request, error) and
+        the denial's reason code."""
         try:
             review = parse_review(await request.read())
         except BadReviewError as exc:
-            return web.Response(status=400, text=f"bad AdmissionReview: {exc}\n")
+            return web.Response(status=400, text=f"bad AdmissionReview: {exc}\n"), "bad-request", ""
         try:
             decision = self._decide(review, decide)
         except Exception:
             log.exception("admission of review %s failed", review.uid)
-            return web.Response(status=500, text="internal error; see the vnpu-operator log\n")
+            error = web.Response(status=500, text="internal error; see the vnpu-operator log\n")
+            return error, "error", ""
         if not decision.allowed:
             log.info(
                 "denied pod %s/%s (review %s): %s",
@@ -175,7 +216,9 @@ class _Hooks:
                 review.uid,
                 "; ".join(decision.problems),
             )
-        return web.json_response(review_response(review.uid, decision))
+            answer = web.json_response(review_response(review.uid, decision))
+            return answer, "denied", decision.reason or "other"
+        return web.json_response(review_response(review.uid, decision)), "allowed", ""
 
     def _decide(self, review: ReviewRequest, decide: Decide) -> Decision:
         # Only pod creation is ours; anything else the configuration let through

@@ -173,6 +173,8 @@ class ChipCapacity:
 
     node: str
     chip: int
+    # The driver's physical id: what Ascend's npu-exporter labels a chip `id` with.
+    physical_id: int
     model: str
     health: str
     cordoned: str | None
@@ -188,6 +190,7 @@ class ChipCapacity:
         return cls(
             node=node,
             chip=state.chip.index,
+            physical_id=state.chip.physical_id,
             model=state.chip.model,
             health=state.chip.health,
             cordoned=state.cordoned,

@@ -156,7 +156,7 @@ def test_unavailable_chips_are_a_metric() -> None:
         StateView(
             allocations=list,
             capacity=ledger.capacity,
-            waiting=lambda: 0,
+            waiting=list,
             live_nodes=dict,
         )
     )

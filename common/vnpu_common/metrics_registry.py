@@ -1,0 +1,31 @@
+"""The metrics registry each component starts from: the client library's
+process, platform (Python version) and garbage-collector collectors, and a
+`<prefix>_build_info` naming the version that runs, so a dashboard can tell
+a memory leak from a deploy and an alert can name the release it fired on."""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Info,
+)
+
+from vnpu_common import __version__
+
+
+def component_registry(prefix: str) -> CollectorRegistry:
+    """A fresh registry (never the library's global one: tests run several
+    components in one process) with the standard collectors and
+    `<prefix>_build_info{version}`. The standard collectors are the library's
+    process-wide instances: a new GC collector per registry would hook the
+    garbage collector once more every time."""
+    registry = CollectorRegistry()
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    Info(f"{prefix}_build", "The running version (value 1).", registry=registry).info(
+        {"version": __version__}
+    )
+    return registry
