@@ -28,7 +28,7 @@ from typing import Any
 import kopf
 
 from vnpu_common import names
-from vnpu_common.cli import configure_logging
+from vnpu_common.logs import configure_logging
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.handlers import configure
 from vnpu_operator.watches import managed_pod

@@ -19,7 +19,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from vnpu_cli import cordon, kube, status, usage, why
 from vnpu_cli.errors import CliError
 from vnpu_cli.snapshot import Snapshot
-from vnpu_common import names
+from vnpu_common import __version__, names
 from vnpu_common.rawcall import describe
 
 DEFAULT_AGENT_NAMESPACE = "vnpu-system"
@@ -47,7 +47,9 @@ def _parser() -> argparse.ArgumentParser:
         description="vNPUs at a glance: capacity per chip, why a pod waits, use per "
         "namespace; cordon and uncordon a chip.",
         parents=[common],
+        allow_abbrev=False,
     )
+    parser.add_argument("--version", action="version", version=f"kubectl-vnpu {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser(
         "status",

@@ -199,7 +199,7 @@ class AgentProcess(ServiceProcess):
             f"--simulate-nodes={','.join(self.nodes)}",
             f"--state-dir={self.state_dir}",
             f"--cdi-dir={self.cdi_dir}",
-            f"--namespace={AGENT_NAMESPACE}",
+            f"--agent-namespace={AGENT_NAMESPACE}",
             "--metrics-host=127.0.0.1",
             f"--metrics-port={self.port}",
             *flags(self.settings),

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, CliSuppress, NoDecode, SettingsConfigDict
 
 from vnpu_common.cli import parse_settings
+from vnpu_common.logs import LogFormat, LogLevel
 
 DriverKind = Literal["sim", "npu-smi", "dcmi"]
 ForeignPolicy = Literal["keep", "collect"]
@@ -26,12 +27,26 @@ class AgentSettings(BaseSettings):
         default="",
         description="Node this agent serves (from the downward API in the DaemonSet).",
     )
-    simulate_nodes: list[str] = Field(
-        default_factory=list,
+    # Developer flag: the demo and the benchmarks serve many kwok nodes from
+    # one process; a DaemonSet's agent serves its own node.
+    simulate_nodes: CliSuppress[Annotated[list[str], NoDecode]] = Field(
+        default=[],
         description="Serve several simulated nodes in one process (sim driver only).",
     )
-    driver: DriverKind = "sim"
-    namespace: str = Field(default="vnpu-system", description="Namespace of the agent's Leases.")
+    driver: DriverKind = Field(
+        default="sim",
+        description="How vNPUs are made: sim (simulated chips, no NPU), npu-smi (the "
+        "npu-smi tool) or dcmi (the driver's libdcmi).",
+    )
+    agent_namespace: str = Field(
+        default="vnpu-system",
+        description="Namespace the node agents run in and keep their Leases "
+        "(the chart's release namespace).",
+    )
+    # The old name of agent_namespace, kept for one release (docs/DECISIONS.md).
+    namespace: CliSuppress[str | None] = Field(
+        default=None, description="Deprecated: use --agent-namespace."
+    )
     kubeconfig: Path | None = Field(default=None, description="Out-of-cluster kubeconfig.")
     state_dir: Path = Field(
         default=Path("/var/lib/vnpu-agent"),
@@ -56,9 +71,15 @@ class AgentSettings(BaseSettings):
         "(what a real driver makes under /dev), for a container runtime on a real node; "
         "one node only, as vNPU ids are per host. Unset: no device nodes.",
     )
-    npu_smi_path: str = "npu-smi"
-    dcmi_library: str = "libdcmi.so"
-    driver_timeout_seconds: float = Field(default=30.0, gt=0)
+    npu_smi_path: str = Field(
+        default="npu-smi", description="The npu-smi executable (npu-smi driver)."
+    )
+    dcmi_library: str = Field(
+        default="libdcmi.so", description="The driver's DCMI library (dcmi driver)."
+    )
+    driver_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="Longest one npu-smi call may take."
+    )
 
     resync_seconds: float = Field(
         default=30.0, gt=0, description="Driver/allocation reconcile, GC and health interval."
@@ -77,15 +98,27 @@ class AgentSettings(BaseSettings):
         ge=0,
         description="Coalesce VNPUNode status writes: at most one per interval.",
     )
-    lease_duration_seconds: int = Field(default=40, ge=5)
+    lease_duration_seconds: int = Field(
+        default=40,
+        ge=5,
+        description="How long the node counts as live after a Lease renewal "
+        "(renewed three times per duration).",
+    )
     watch_timeout_seconds: int = Field(
         default=300, ge=10, description="Server-side watch timeout; a silent stream is re-listed."
     )
     retry_max_seconds: float = Field(default=30.0, gt=0, description="Backoff ceiling.")
 
-    metrics_port: int = Field(default=9101, ge=0, le=65535)
-    metrics_host: str = "0.0.0.0"
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    metrics_port: int = Field(
+        default=9101, ge=0, le=65535, description="Port of /metrics, /healthz and /readyz; 0: none."
+    )
+    metrics_host: str = Field(
+        default="0.0.0.0", description="Address of the /metrics, /healthz and /readyz port."
+    )
+    log_level: LogLevel = Field(default="INFO", description="Least severe level logged.")
+    log_format: LogFormat = Field(
+        default="text", description="text lines, or one JSON object per line for a log collector."
+    )
 
     @field_validator("cdi_host_device_dir")
     @classmethod
@@ -106,12 +139,32 @@ class AgentSettings(BaseSettings):
     @model_validator(mode="after")
     def _check(self) -> AgentSettings:
         if self.simulate_nodes and self.driver != "sim":
-            raise ValueError("simulate_nodes needs driver=sim")
+            raise ValueError("--simulate-nodes needs --driver=sim")
         if self.sim_device_dir is not None and (self.driver != "sim" or len(self.nodes) != 1):
-            raise ValueError("sim_device_dir needs driver=sim serving exactly one node")
+            raise ValueError("--sim-device-dir needs --driver=sim serving exactly one node")
         if not self.simulate_nodes and not self.node_name:
-            raise ValueError("node_name is required (flag --node-name or VNPU_NODE_NAME)")
+            raise ValueError("--node-name (VNPU_NODE_NAME) is required")
+        if self.namespace is not None:
+            if (
+                "agent_namespace" in self.model_fields_set
+                and self.namespace != self.agent_namespace
+            ):
+                raise ValueError(
+                    f"--agent-namespace ({self.agent_namespace}) and its deprecated name "
+                    f"--namespace / VNPU_NAMESPACE ({self.namespace}) disagree; give only "
+                    "--agent-namespace (VNPU_AGENT_NAMESPACE)"
+                )
+            self.agent_namespace = self.namespace
         return self
+
+    def deprecations(self) -> list[str]:
+        """What the admin should change, for a warning at start."""
+        if self.namespace is None:
+            return []
+        return [
+            "--namespace / VNPU_NAMESPACE is deprecated and goes in the next release: "
+            "use --agent-namespace / VNPU_AGENT_NAMESPACE"
+        ]
 
     @property
     def nodes(self) -> list[str]:
@@ -121,5 +174,9 @@ class AgentSettings(BaseSettings):
 def parse_args(argv: Sequence[str] | None = None) -> AgentSettings:
     """Settings from flags over environment; exits with a clear message on bad values."""
     return parse_settings(
-        AgentSettings, argv, prog="vnpu-agent", description="vnpu-operator node agent"
+        AgentSettings,
+        argv,
+        prog="vnpu-agent",
+        description="The vnpu-operator node agent: creates and destroys the vNPUs "
+        "the VNPUAllocations of its node declare, and reports the node's chips.",
     )

@@ -26,8 +26,8 @@ from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import AllocationWatcher, NodeWatcher
 from vnpu_common import __version__, names
 from vnpu_common.apiclient import api_client as new_api_client
-from vnpu_common.cli import configure_logging
 from vnpu_common.http import serve_http
+from vnpu_common.logs import configure_logging
 
 log = logging.getLogger("vnpu_agent")
 
@@ -131,7 +131,7 @@ class Agent:
         else:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
         self.api_client = new_api_client(f"{names.USER_AGENT_AGENT}/{__version__}")
-        api = AgentApi(self.api_client, s.namespace)
+        api = AgentApi(self.api_client, s.agent_namespace)
         core = client.CoreV1Api(self.api_client)
         self.watcher = AllocationWatcher(
             client.CustomObjectsApi(self.api_client),
@@ -176,7 +176,9 @@ class Agent:
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_args(argv)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
+    for deprecation in settings.deprecations():
+        log.warning("%s", deprecation)
     agent = Agent(settings)
 
     async def runner() -> None:

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, CliSuppress, NoDecode, SettingsConfigDict
 
 from vnpu_common.cli import parse_settings
+from vnpu_common.logs import LogFormat, LogLevel
 from vnpu_operator.placement import Policy
+
+# The choices as an admin types them; pydantic-settings would show the enum's
+# member names (BINPACK), which VNPU_POLICY does not accept.
+PolicyName = Literal["binpack", "spread"]
 
 
 class OperatorSettings(BaseSettings):
@@ -22,9 +27,14 @@ class OperatorSettings(BaseSettings):
 
     kubeconfig: Path | None = Field(default=None, description="Out-of-cluster kubeconfig.")
     agent_namespace: str = Field(
-        default="vnpu-system", description="Namespace of the agents' Leases."
+        default="vnpu-system",
+        description="Namespace the node agents run in and keep their Leases "
+        "(the chart's release namespace).",
     )
-    policy: Policy = Field(default=Policy.BINPACK, description="Placement policy.")
+    policy: PolicyName = Field(
+        default="binpack",
+        description="Placement: binpack fills the fullest chip that fits, spread the emptiest.",
+    )
     max_attempts: int = Field(
         default=3, ge=1, le=20, description="Placements per pod whose vNPUs may fail."
     )
@@ -44,14 +54,18 @@ class OperatorSettings(BaseSettings):
         default=5.0, ge=0, description="Slack past a Lease's expiry before its node is not live."
     )
 
-    webhook_host: str = "0.0.0.0"
-    webhook_port: int = Field(default=9443, ge=1, le=65535)
+    webhook_host: str = Field(default="0.0.0.0", description="Address the webhook listens on.")
+    webhook_port: int = Field(
+        default=9443, ge=1, le=65535, description="HTTPS port the webhook listens on."
+    )
     webhook_cert_dir: Path | None = Field(
         default=None,
         description="Directory with tls.crt, tls.key (and ca.crt) for the webhook; "
         "unset: a self-signed CA and certificate are generated at start.",
     )
-    webhook_url: str = Field(
+    # Developer flag: a local plane's API server reaches the webhook by URL;
+    # in a cluster it is always a Service.
+    webhook_url: CliSuppress[str] = Field(
         default="",
         description="Register the webhooks with this https base URL (local planes).",
     )
@@ -59,8 +73,8 @@ class OperatorSettings(BaseSettings):
         default="",
         description="Register the webhooks with this Service, namespace/name[:port].",
     )
-    webhook_dns_names: list[str] = Field(
-        default_factory=list, description="Extra DNS names for a self-signed certificate."
+    webhook_dns_names: Annotated[list[str], NoDecode] = Field(
+        default=[], description="Extra DNS names for a self-signed certificate, comma-separated."
     )
     webhook_cert_validity_seconds: float = Field(
         default=365 * 86400,
@@ -93,20 +107,41 @@ class OperatorSettings(BaseSettings):
         "(e.g. one whose handler is Ascend Docker Runtime); empty: pods are left as they are.",
     )
 
-    metrics_host: str = "0.0.0.0"
-    metrics_port: int = Field(default=9100, ge=0, le=65535)
+    metrics_host: str = Field(
+        default="0.0.0.0", description="Address of the /metrics, /healthz and /readyz port."
+    )
+    metrics_port: int = Field(
+        default=9100, ge=0, le=65535, description="Port of /metrics, /healthz and /readyz; 0: none."
+    )
     watch_timeout_seconds: int = Field(
         default=300, ge=10, description="Server-side watch timeout; streams are then resumed."
     )
     retry_max_seconds: float = Field(default=30.0, gt=0, description="API error backoff ceiling.")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: LogLevel = Field(default="INFO", description="Least severe level logged.")
+    log_format: LogFormat = Field(
+        default="text", description="text lines, or one JSON object per line for a log collector."
+    )
+
+    @field_validator("webhook_dns_names", mode="before")
+    @classmethod
+    def _split_names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [n.strip() for n in value.split(",") if n.strip()]
+        return value
+
+    @property
+    def placement_policy(self) -> Policy:
+        return Policy(self.policy)
 
     @model_validator(mode="after")
     def _check(self) -> OperatorSettings:
         if self.webhook_url and self.webhook_service:
-            raise ValueError("give webhook_url or webhook_service, not both")
+            raise ValueError("give --webhook-url or --webhook-service, not both")
         if self.webhook_service and "/" not in self.webhook_service:
-            raise ValueError("webhook_service must be namespace/name[:port]")
+            raise ValueError(
+                "--webhook-service (VNPU_WEBHOOK_SERVICE) must be namespace/name[:port], "
+                f"not {self.webhook_service!r}"
+            )
         return self
 
     @model_validator(mode="after")
@@ -125,6 +160,6 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorSettings:
         OperatorSettings,
         argv,
         prog="vnpu-operator",
-        description="vnpu-operator cluster operator",
-        list_fields=("webhook_dns_names",),
+        description="The vnpu-operator cluster operator: admission webhooks, vNPU "
+        "placement and the VNPUAllocation lifecycle.",
     )

@@ -15,8 +15,8 @@ from kubernetes_asyncio import client, config
 
 from vnpu_common import __version__, names
 from vnpu_common.apiclient import api_client as new_api_client
-from vnpu_common.cli import configure_logging
 from vnpu_common.http import serve_http
+from vnpu_common.logs import configure_logging
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.controller import Controller
 from vnpu_operator.convergence import for_controller
@@ -81,7 +81,7 @@ async def run(settings: OperatorSettings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_args(argv)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run(settings))
     return 0

@@ -71,7 +71,7 @@ class Placer:
             result = self._nofits.place(
                 self.ledger,
                 request,
-                self.settings.policy,
+                self.settings.placement_policy,
                 avoid=frozenset(state.avoid),
                 first_index=state.attempts * MAX_COUNT,
             )

@@ -13,7 +13,7 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VNPU_POLICY", "spread")
     monkeypatch.setenv("VNPU_MAX_ATTEMPTS", "5")
     settings = parse_args(["--max-attempts=2", "--webhook-dns-names=a.example, b.example"])
-    assert settings.policy is Policy.SPREAD
+    assert settings.placement_policy is Policy.SPREAD
     assert settings.max_attempts == 2
     assert settings.webhook_dns_names == ["a.example", "b.example"]
 
@@ -21,10 +21,10 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--policy=random"], "policy"),
-        (["--max-attempts=0"], "max_attempts"),
+        (["--policy=random"], "--policy (VNPU_POLICY): Input should be 'binpack' or 'spread'"),
+        (["--max-attempts=0"], "--max-attempts (VNPU_MAX_ATTEMPTS)"),
         (["--webhook-url=https://x", "--webhook-service=ns/svc"], "not both"),
-        (["--webhook-service=svc"], "namespace/name"),
+        (["--webhook-service=svc"], "namespace/name[:port], not 'svc'"),
     ],
 )
 def test_bad_values_exit_naming_the_setting(
