@@ -11,6 +11,7 @@ from prometheus_client import (
     PROCESS_COLLECTOR,
     CollectorRegistry,
     Info,
+    disable_created_metrics,
 )
 
 from vnpu_common import __version__
@@ -22,6 +23,10 @@ def component_registry(prefix: str) -> CollectorRegistry:
     `<prefix>_build_info{version}`. The standard collectors are the library's
     process-wide instances: a new GC collector per registry would hook the
     garbage collector once more every time."""
+    # No `_created` series: in the text format each counter and histogram
+    # would get a second, gauge-typed family of start times nobody queries,
+    # one per label set (per node for the agent's counters).
+    disable_created_metrics()
     registry = CollectorRegistry()
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
