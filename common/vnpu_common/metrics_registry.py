@@ -26,7 +26,7 @@ def component_registry(prefix: str) -> CollectorRegistry:
     # No `_created` series: in the text format each counter and histogram
     # would get a second, gauge-typed family of start times nobody queries,
     # one per label set (per node for the agent's counters).
-    disable_created_metrics()
+    disable_created_metrics()  # type: ignore[no-untyped-call]
     registry = CollectorRegistry()
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
