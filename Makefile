@@ -15,15 +15,22 @@ PYTEST_ARGS ?=
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# Exactly the locked set (make lock): the lock's pip and build backend, the tested
+# dependencies, then the project itself with nothing more.
+$(STAMP): pyproject.toml pylock.dev.toml build-requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s); set PYTHON=python3.11" % sys.version.split()[0])'
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --require-hashes -r build-requirements.txt
+	$(PY) -m pip install -q -r pylock.dev.toml
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
 .PHONY: venv
 venv: $(STAMP) ## create .venv with the project and its dev tools
+
+.PHONY: lock
+lock: $(STAMP) ## re-resolve the lock files from pyproject.toml, keeping other pins (UPGRADE=1: newest)
+	bash hack/lock.sh $(if $(UPGRADE),--upgrade)
 
 .PHONY: plane
 plane: ## build (or reuse) the control-plane binaries from Go modules
