@@ -8,10 +8,13 @@ uninstall last.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import json
+import signal
 import ssl
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -23,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_harness import CHART, RELEASE, adopt_crds, helm, template
+from operator_harness import Stack
 
 from localplane import LocalPlane, NodeSpec, policies
 from localplane.waiting import wait_for as shared_wait_for
@@ -370,8 +374,20 @@ def test_rendered_manifests_pass_server_side_validation(plane: LocalPlane, names
         (*SIM_VALUES, "--set", "operator.podDisruptionBudget.enabled=true"),
         ("--set", "agent.driver=npu-smi"),
         ("--set", "agent.driver=dcmi", "--set", "nodeScoping.enabled=false"),
+        (
+            "--set-json",
+            'agent.npuNodeLabels=["vnpu","ascend","nfd"]',
+            "--set",
+            "agent.updateStrategy.type=OnDelete",
+            "--set",
+            "image.digest=sha256:" + "0" * 64,
+            "--set",
+            "operator.priorityClassName=system-cluster-critical",
+        ),
     ):
-        out = template(plane, *values, namespace=namespace).stdout
+        # The test hook's pod needs its ServiceAccount to exist, which a dry run does not
+        # make: test_the_test_hook_passes_... validates it once the account exists.
+        out = template(plane, *values, "--skip-tests", namespace=namespace).stdout
         proc = plane.kubectl(
             "apply", "--dry-run=server", "-f", "-", input=out, check=False, timeout=120
         )
@@ -396,7 +412,8 @@ def test_driver_host_mounts(plane: LocalPlane) -> None:
     }
     container = spec["containers"][0]
     assert container["securityContext"]["privileged"] is True
-    assert spec["nodeSelector"] == {names.LABEL_NPU_NODE: "true"}
+    # Which nodes: agent.npuNodeLabels (test_agent_tolerates_ascend_taints_...).
+    assert "nodeSelector" not in spec
     env = {e["name"]: e for e in container["env"]}
     assert env["VNPU_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["VNPU_DRIVER"]["value"] == "dcmi"
@@ -494,6 +511,290 @@ def test_api_server_address_reaches_both_components(plane: LocalPlane) -> None:
     refused = template(plane, "--set", "apiServer.host=https://10.88.0.1:6443", check=False)
     assert refused.returncode != 0
     assert "at '/apiServer/host'" in refused.stderr
+
+
+# ---------------------------------------------------------------- issue 16: clusters people run
+
+
+def test_agent_tolerates_ascend_taints_and_selects_npu_nodes_by_their_labels(
+    plane: LocalPlane,
+) -> None:
+    spec, _ = _agent(plane)
+    assert "nodeSelector" not in spec
+    assert {(t["key"], t["operator"]) for t in spec["tolerations"]} == {
+        ("huawei.com/Ascend910", "Exists"),
+        ("huawei.com/Ascend310P", "Exists"),
+        ("huawei.com/Ascend310", "Exists"),
+    }
+    assert all("effect" not in t for t in spec["tolerations"])  # every effect
+
+    def terms(*values: str) -> list[dict[str, Any]] | None:
+        spec, _ = _agent(plane, *values)
+        affinity = spec.get("affinity", {}).get("nodeAffinity")
+        if affinity is None:
+            return None
+        required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+        return list(required["nodeSelectorTerms"])
+
+    npu = {"key": names.LABEL_NPU_NODE, "operator": "In", "values": ["true"]}
+    ascend = {
+        "key": "accelerator",
+        "operator": "In",
+        "values": ["huawei-Ascend910", "huawei-Ascend310P", "huawei-Ascend310"],
+    }
+    nfd = {
+        "key": "feature.node.kubernetes.io/pci-1200_19e5.present",
+        "operator": "In",
+        "values": ["true"],
+    }
+    assert terms() == [{"matchExpressions": [npu]}]
+    assert terms("--set-json", 'agent.npuNodeLabels=["ascend","nfd"]') == [
+        {"matchExpressions": [ascend]},
+        {"matchExpressions": [nfd]},
+    ]
+    assert terms("--set-json", "agent.npuNodeLabels=[]") is None
+    # A nodeAffinity of the admin's replaces ours; other affinity is kept beside ours.
+    own = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["npu"]}]}
+    ]}}  # fmt: skip
+    spec, _ = _agent(plane, "--set-json", f"agent.affinity={json.dumps({'nodeAffinity': own})}")
+    assert spec["affinity"] == {"nodeAffinity": own}
+    anti = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    spec, _ = _agent(plane, "--set-json", f"agent.affinity={json.dumps(anti)}")
+    assert spec["affinity"]["podAntiAffinity"] == anti["podAntiAffinity"]
+    assert spec["affinity"]["nodeAffinity"]
+    spec, _ = _agent(plane, "--set-json", "agent.tolerations=[]")
+    assert "tolerations" not in spec
+
+    refused = template(plane, "--set-json", 'agent.npuNodeLabels=["gpu"]', check=False)
+    assert refused.returncode != 0
+    assert "at '/agent/npuNodeLabels/0'" in refused.stderr
+
+
+def test_image_digest_pins_the_image(plane: LocalPlane) -> None:
+    digest = "sha256:" + "ab" * 32
+
+    def images(*values: str) -> set[str]:
+        docs = render(plane, *values)
+        pods = [
+            d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "DaemonSet")
+        ]
+        pods += [d["spec"] for d in docs if d["kind"] == "Pod"]  # the helm test hook
+        assert len(pods) == 3
+        return {c["image"] for p in pods for c in p["containers"]}
+
+    assert images() == {"vnpu-operator:0.1.0"}
+    assert images("--set", f"image.digest={digest}") == {f"vnpu-operator@{digest}"}
+    assert images("--set", f"image.digest={digest}", "--set", "image.tag=v1") == {
+        f"vnpu-operator:v1@{digest}"
+    }
+    refused = template(plane, "--set", "image.digest=latest", check=False)
+    assert refused.returncode != 0
+    assert "at '/image/digest'" in refused.stderr
+
+
+def test_agent_rollout_takes_a_tenth_at_a_time_and_never_surges(plane: LocalPlane) -> None:
+    def strategy(*values: str) -> dict[str, Any]:
+        (ds,) = [d for d in render(plane, *values) if d["kind"] == "DaemonSet"]
+        return dict(ds["spec"]["updateStrategy"])
+
+    assert strategy() == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": "10%", "maxSurge": 0},
+    }
+    assert strategy("--set", "agent.updateStrategy.type=OnDelete") == {"type": "OnDelete"}
+    refused = template(plane, "--set", "agent.updateStrategy.rollingUpdate.maxSurge=1", check=False)
+    assert refused.returncode != 0
+    assert "at '/agent/updateStrategy/rollingUpdate/maxSurge'" in refused.stderr
+
+
+def test_critical_pod_quota_matches_the_critical_classes_the_release_uses(
+    plane: LocalPlane,
+) -> None:
+    def quota(*values: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
+        found = [
+            d for d in render(plane, *values, namespace=namespace) if d["kind"] == "ResourceQuota"
+        ]
+        return found[0] if found else None
+
+    default = quota()
+    assert default is not None
+    (selector,) = default["spec"]["scopeSelector"]["matchExpressions"]
+    assert selector == {
+        "scopeName": "PriorityClass", "operator": "In", "values": ["system-node-critical"],
+    }  # fmt: skip
+    both = quota("--set", "operator.priorityClassName=system-cluster-critical")
+    assert both is not None
+    (selector,) = both["spec"]["scopeSelector"]["matchExpressions"]
+    assert selector["values"] == ["system-node-critical", "system-cluster-critical"]
+    assert quota("--set", "criticalPodQuota.enabled=false") is None
+    assert quota("--set", "agent.priorityClassName=high") is None
+    # kube-system has its own (the API server makes it).
+    assert quota(namespace="kube-system") is None
+
+
+def test_helm_template_needs_no_cluster_only_the_kube_version(
+    plane: LocalPlane, tmp_path: Path
+) -> None:
+    """What the chart README says: no API server is asked; Helm's default Kubernetes
+    version (this helm's is v1.20.0) fails the chart's kubeVersion, naming it."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "KUBECONFIG": str(tmp_path / "no-such-kubeconfig"),
+        "HELM_CACHE_HOME": str(tmp_path / "cache"),
+        "HELM_CONFIG_HOME": str(tmp_path / "config"),
+        "HELM_DATA_HOME": str(tmp_path / "data"),
+    }
+
+    def helm_template(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [plane.binary("helm"), "template", RELEASE, str(CHART), "-n", "vnpu-system", *args],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+
+    rendered = helm_template("--kube-version", "1.34")
+    assert rendered.returncode == 0, rendered.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all(rendered.stdout) if d}
+    assert {"Deployment", "DaemonSet", "CustomResourceDefinition", "Pod"} <= kinds
+    old = helm_template("--kube-version", "1.29")
+    assert old.returncode != 0
+    assert "chart requires kubeVersion: >=1.30.0-0" in old.stderr
+    readme = (CHART / "README.md").read_text()
+    assert "--kube-version 1.34" in readme
+
+
+def _hook(plane: LocalPlane, namespace: str, *values: str) -> dict[tuple[str, str], dict[str, Any]]:
+    docs = render(
+        plane, "--show-only", "templates/tests/webhook-test.yaml", *values, namespace=namespace
+    )
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+TEST_SA = f"{RELEASE}-test"
+
+
+def test_the_test_hook_runs_the_script_with_a_dry_run_only_account(plane: LocalPlane) -> None:
+    docs = _hook(plane, NAMESPACE)
+    pod = docs[("Pod", f"{TEST_SA}-webhook")]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    container = pod["spec"]["containers"][0]
+    assert container["command"][:2] == ["python", "-c"]
+    assert container["command"][2] == (CHART / "files" / "check_webhook.py").read_text()
+    assert pod["spec"]["serviceAccountName"] == TEST_SA
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    role = docs[("Role", TEST_SA)]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        annotations = docs[(kind, TEST_SA)]["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "test"
+        # Made before the pod that uses them.
+        assert int(annotations["helm.sh/hook-weight"]) < 0
+    policy = docs[("ValidatingAdmissionPolicy", f"{TEST_SA}-dry-run-only")]
+    assert "helm.sh/hook" not in policy["metadata"].get("annotations", {})
+    (condition,) = policy["spec"]["matchConditions"]
+    assert f'"system:serviceaccount:{NAMESPACE}:{TEST_SA}"' in condition["expression"]
+
+
+def _run_hook_script(
+    plane: LocalPlane,
+    pod: dict[str, Any],
+    namespace: str,
+    token_text: str,
+    workdir: Path,
+    **env: str,
+) -> subprocess.CompletedProcess[str]:
+    """What the kubelet would run for the hook pod: its command, its env, the
+    token of its ServiceAccount, against this plane's API server."""
+    sa_dir = workdir / "serviceaccount"
+    sa_dir.mkdir(exist_ok=True)
+    (sa_dir / "token").write_text(token_text)
+    (sa_dir / "ca.crt").write_bytes(plane.ca_file.read_bytes())
+    container = pod["spec"]["containers"][0]
+    pod_env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    command = [sys.executable, *container["command"][1:]]
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={
+            "PATH": "/usr/bin:/bin",
+            **pod_env,
+            "VNPU_TEST_NAMESPACE": namespace,
+            "VNPU_TEST_SA_DIR": str(sa_dir),
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(plane.ports.apiserver),
+            **env,
+        },
+    )
+
+
+def test_the_test_hook_passes_when_the_webhook_refuses_and_fails_when_it_is_gone(
+    plane: LocalPlane, namespace: str, tmp_path: Path
+) -> None:
+    """The hook's own manifests and script, against a running operator's webhook."""
+    docs = _hook(plane, namespace)
+    for (kind, _), doc in docs.items():
+        if kind != "Pod":
+            plane.kubectl("apply", "-f", "-", input=json.dumps(doc))
+    stack = Stack(plane, tmp_path / "stack", [NodeSpec(name="chart-hook-npu", chips={"910B3": 1})])
+    stack.start()
+    try:
+        cred = plane.kubectl("create", "token", TEST_SA, "-n", namespace).stdout.strip()
+        pod = docs[("Pod", f"{TEST_SA}-webhook")]
+        valid = plane.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod))
+        assert "(server dry run)" in valid.stdout
+        ran = _run_hook_script(plane, pod, namespace, cred, tmp_path)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert (
+            ran.stdout.strip()
+            .splitlines()[-1]
+            .startswith(
+                f"PASS: webhook {names.WEBHOOK_MUTATE_NAME} refused a pod naming no-such-template: "
+                f'admission webhook "{names.WEBHOOK_MUTATE_NAME}" denied the request: '
+                f'{names.ANN_TEMPLATE} "no-such-template" is not a valid template name'
+            )
+        ), ran.stdout
+        assert not plane.kubectl("get", "pods", "-n", namespace, "-o", "name").stdout.strip()
+
+        # The account may ask for dry runs only: a real create is refused by the policy.
+        account = Credential(plane, cred)
+        probe = {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "real"},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]},
+        }  # fmt: skip
+
+        def refused() -> tuple[int, Any] | None:
+            answer = account.request("POST", f"/api/v1/namespaces/{namespace}/pods", probe)
+            if answer[0] == 201:
+                plane.kubectl("delete", "pod", "real", "-n", namespace, "--wait=false")
+                return None
+            return answer
+
+        status, body = wait_for("dry-run-only policy in effect", refused, timeout=30)
+        assert status in (403, 422), body
+        assert "may only ask for server-side dry runs" in body["message"], body
+
+        # The webhook gone (its configuration still there): the test fails, saying so.
+        stack.operator.kill(signal.SIGTERM)
+        ran = _run_hook_script(plane, pod, namespace, cred, tmp_path, VNPU_TEST_TIMEOUT_SECONDS="1")
+        assert ran.returncode == 1, ran.stdout + ran.stderr
+        assert "FAIL: the vnpu-operator webhook did not answer" in ran.stdout, ran.stdout
+
+        # No webhook configuration at all: the pod is admitted, and the test fails.
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME)
+        ran = _run_hook_script(plane, pod, namespace, cred, tmp_path, VNPU_TEST_TIMEOUT_SECONDS="1")
+        assert ran.returncode == 1, ran.stdout + ran.stderr
+        assert "FAIL: a pod naming vnpu.io/template=no-such-template was admitted" in ran.stdout
+    finally:
+        stack.close()
+        for (kind, name), _ in docs.items():
+            if kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+                plane.kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
 
 
 # ---------------------------------------------------------------- installed
@@ -921,6 +1222,123 @@ def test_only_admins_cordon_chips(
     )
     got = get_json(plane, names.NODE_PLURAL, NODE_B)
     assert got["spec"]["cordonedChips"] == [{"chip": 1, "reason": "ECC errors"}]
+
+
+def _maybe_pod(plane: LocalPlane, name: str) -> dict[str, Any] | None:
+    proc = plane.kubectl("get", "pod", name, "-n", NAMESPACE, "-o", "json", check=False)
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def test_the_critical_pod_quota_counts_the_agent_pods(plane: LocalPlane, release: str) -> None:
+    """The quota's scope matches the agents' priority class: the quota controller counts
+    exactly those pods, which is what admits them where the class is limited."""
+    quota = f"{release}-critical-pods"
+
+    def counted() -> int | None:
+        agents = get_json(
+            plane, "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=agent"
+        )["items"]
+        used = plane.quota_used(NAMESPACE, quota).get("pods")
+        return len(agents) if agents and used == str(len(agents)) else None
+
+    assert wait_for("the quota to count the agent pods", counted) >= 2
+    # The operator (no priority class) is not counted.
+    operator_pods = get_json(
+        plane, "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=operator"
+    )["items"]
+    assert operator_pods
+
+
+def test_agents_follow_the_ascend_and_nfd_labels_and_tolerate_the_npu_taint(
+    plane: LocalPlane, release: str, request: pytest.FixtureRequest
+) -> None:
+    ascend, nfd, plain = "chart-ascend-910", "chart-nfd", "chart-plain"
+    plane.add_nodes([
+        NodeSpec(
+            name=ascend,
+            labels={"accelerator": "huawei-Ascend910"},
+            taints=[{"key": "huawei.com/Ascend910", "value": "true", "effect": "NoSchedule"}],
+        ),
+        NodeSpec(name=nfd, labels={"feature.node.kubernetes.io/pci-1200_19e5.present": "true"}),
+        NodeSpec(name=plain),
+    ])  # fmt: skip
+
+    def restore() -> None:
+        helm(plane, "upgrade", release, str(CHART), "-n", NAMESPACE, *SIM_VALUES, check=False)
+        for node in (ascend, nfd, plain):
+            plane.kubectl("delete", "node", node, "--wait=false", check=False)
+
+    request.addfinalizer(restore)
+    helm(plane, "upgrade", release, str(CHART), "-n", NAMESPACE, *SIM_VALUES,
+         "--set-json", 'agent.npuNodeLabels=["ascend","nfd"]')  # fmt: skip
+
+    def nodes_with_agents() -> set[str]:
+        pods = get_json(plane, "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=agent")[
+            "items"
+        ]
+        return {
+            p["spec"].get("nodeName") for p in pods if not p["metadata"].get("deletionTimestamp")
+        }
+
+    # The vnpu.io/npu nodes lose their agents: that label is no longer asked for.
+    wanted = {ascend, nfd}
+    got = wait_for(
+        "agents on the Ascend and NFD nodes only",
+        lambda: (
+            (found := nodes_with_agents()) >= wanted
+            and not found & {NODE_A, NODE_B, plain}
+            and found
+        ),
+    )
+    assert plain not in got
+    ds = get_json(plane, "daemonset", f"{release}-agent", "-n", NAMESPACE)
+    assert ds["status"]["desiredNumberScheduled"] == len(got)
+
+
+def test_helm_test_runs_the_hook_and_reports_a_webhook_that_does_not_answer(
+    plane: LocalPlane, release: str, tmp_path: Path
+) -> None:
+    """`helm test` on the release. kwok runs no containers, so this test is the kubelet:
+    it runs the hook pod's command (as its ServiceAccount, with its env) and writes the
+    pod's phase from the exit code. The release's operator is a kwok pod that serves
+    nothing, so the webhook cannot answer and the test must fail, saying why."""
+    pod_name = f"{TEST_SA}-webhook"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(
+            helm, plane, "test", release, "-n", NAMESPACE, "--timeout", "120s", check=False
+        )
+        pod = wait_for(
+            "the hook pod to run",
+            lambda: (
+                (p := _maybe_pod(plane, pod_name)) and p["status"].get("phase") == "Running" and p
+            ),
+        )
+        cred = plane.kubectl(
+            "create", "token", TEST_SA, "-n", NAMESPACE, "--bound-object-kind=Pod",
+            f"--bound-object-name={pod_name}",
+        ).stdout.strip()  # fmt: skip
+        ran = _run_hook_script(plane, pod, NAMESPACE, cred, tmp_path, VNPU_TEST_TIMEOUT_SECONDS="1")
+        phase = "Succeeded" if ran.returncode == 0 else "Failed"
+        terminated = {"exitCode": ran.returncode, "reason": "Completed" if phase == "Succeeded"
+                      else "Error"}  # fmt: skip
+        status = {"status": {"phase": phase, "containerStatuses": [{
+            "name": "check-webhook", "image": pod["spec"]["containers"][0]["image"],
+            "imageID": "", "ready": False, "restartCount": 0,
+            "state": {"terminated": terminated},
+        }]}}  # fmt: skip
+        plane.kubectl("patch", "pod", pod_name, "-n", NAMESPACE, "--subresource=status",
+                      "--type=merge", "-p", json.dumps(status))  # fmt: skip
+        outcome = running.result(timeout=180)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "FAIL: the vnpu-operator webhook did not answer" in ran.stdout, ran.stdout
+    assert outcome.returncode != 0, outcome.stdout
+    assert pod_name in outcome.stderr, outcome.stderr
+    assert "failed" in outcome.stderr, outcome.stderr
+    # Its ServiceAccount, Role and binding are gone; the failed pod stays to be read.
+    for kind in ("serviceaccount", "role", "rolebinding"):
+        assert plane.kubectl("get", kind, TEST_SA, "-n", NAMESPACE, check=False).returncode != 0
+    assert get_json(plane, "pod", pod_name, "-n", NAMESPACE)["status"]["phase"] == "Failed"
+    plane.kubectl("delete", "pod", pod_name, "-n", NAMESPACE, "--wait=false")
 
 
 def test_upgrade_keeps_the_ca_bundle_the_operator_registered(
