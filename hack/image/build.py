@@ -138,9 +138,15 @@ def _build_ca() -> str | None:
 
 
 class Builder:
-    def __init__(self, context: Path, dockerfile: Path, cache: Path) -> None:
+    def __init__(
+        self,
+        context: Path,
+        dockerfile: Path,
+        cache: Path,
+        build_args: dict[str, str] | None = None,
+    ) -> None:
         self.context = context
-        self.plan = df.plan(dockerfile.read_text())
+        self.plan = df.plan(dockerfile.read_text(), build_args)
         ignore_file = context / ".dockerignore"
         self.ignore = df.DockerIgnore(ignore_file.read_text() if ignore_file.exists() else "")
         self.salt = builder_salt()
@@ -222,11 +228,11 @@ class Builder:
         out: dict[int, Path] = {}
         snapshots = self.cache / "stages"
         if stage.base_ref:
-            # Keyed by the exact mmdebstrap command, not the whole builder: editing the
-            # builder rebuilds the stages, and reuses the Debian base.
+            # Keyed by the exact mmdebstrap command and the reference (its digest), not the
+            # whole builder: editing the builder rebuilds the stages, and reuses the base.
             argv = " ".join(debian_argv(stage.base_ref, Path("/ROOT")))
-            key = hashlib.sha256(argv.encode()).hexdigest()
-            name = stage.base_ref.replace(":", "-").replace("/", "-")
+            key = hashlib.sha256(f"{argv}\n{stage.base_ref}".encode()).hexdigest()
+            name = stage.base_ref.partition("@")[0].replace(":", "-").replace("/", "-")
             out[0] = snapshots / f"from-{name}-{key[:16]}.tar"
         if stage.index in self.keys.before_copy:
             n, key = self.keys.before_copy[stage.index]
@@ -349,7 +355,7 @@ class Builder:
         layer_gz = self.work / "layer.tar.gz"
         diff_id = self.layer(root, layer_gz)
         layer = _blob_file(blobs, layer_gz)
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = created().strftime("%Y-%m-%dT%H:%M:%SZ")
         stages = ", ".join(s.label() for s in self.plan.needed())
         config = {
             "created": now,
@@ -452,6 +458,25 @@ class Builder:
         for snap in (self.cache / "stages").glob("*.tar"):
             if snap not in used:
                 snap.unlink()
+
+
+def created() -> dt.datetime:
+    """The config's creation time: SOURCE_DATE_EPOCH when set (reproducible builds' variable,
+    e.g. the commit's time), else now."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if not epoch:
+        return dt.datetime.now(dt.UTC)
+    if not epoch.isdigit():
+        raise BuildError(f"SOURCE_DATE_EPOCH must be seconds since 1970, got {epoch!r}")
+    return dt.datetime.fromtimestamp(int(epoch), dt.UTC)
+
+
+def build_arg(text: str) -> tuple[str, str]:
+    """`NAME=VALUE` of --build-arg (an empty VALUE is a value)."""
+    name, eq, value = text.partition("=")
+    if not eq or not re.fullmatch(r"\w+", name):
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
 
 
 def debian_argv(ref: str, root: Path) -> list[str]:
@@ -690,10 +715,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dockerfile", type=Path, default=DEFAULT_DOCKERFILE)
     parser.add_argument("--context", type=Path, default=ROOT)
+    parser.add_argument(
+        "--build-arg",
+        type=build_arg,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="as docker build's (e.g. REVISION, CREATED for the image's labels)",
+    )
     args = parser.parse_args(argv)
     try:
         cache = cache_dir()
-        builder = Builder(args.context, args.dockerfile, cache)
+        builder = Builder(args.context, args.dockerfile, cache, dict(args.build_arg))
         if args.print:
             print(builder.archive)
             return 0

@@ -16,6 +16,9 @@
 #   hack/image/build.sh              build what is missing (root), print the archive path
 #   hack/image/build.sh --print      print the archive path this tree gives, build nothing
 #   hack/image/build.sh --no-cache   rebuild every stage, base included (fresh packages)
+#   hack/image/build.sh --build-arg REVISION=$(git rev-parse HEAD) \
+#     --build-arg CREATED=$(git log -1 --format=%cI)   a release's labels, as docker build's
+#   SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) ...  the config's `created` (else now)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

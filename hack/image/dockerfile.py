@@ -20,13 +20,18 @@ import os
 import posixpath
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 # What `FROM debian:<suite>[-slim]` inherits on Docker Hub: the base is made from Debian's
 # packages by build.py (mmdebstrap) and must start from the same config.
-DEBIAN_REF = re.compile(r"(?:docker\.io/)?(?:library/)?debian:(?P<suite>[a-z]+)(?P<slim>-slim)?")
+# A digest (`@sha256:...`) pins what Docker pulls; the daemonless build makes the same suite
+# from Debian's packages and keys its cache on the digest (a new digest, a fresh base).
+DEBIAN_REF = re.compile(
+    r"(?:docker\.io/)?(?:library/)?debian:(?P<suite>[a-z]+)(?P<slim>-slim)?"
+    r"(?:@sha256:(?P<digest>[0-9a-f]{64}))?"
+)
 DEBIAN_CONFIG_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 DEBIAN_CONFIG_CMD = ["bash"]
 
@@ -156,6 +161,7 @@ class Stage:
 class Plan:
     stages: list[Stage]
     global_args: list[Instruction]
+    build_args: dict[str, str] = field(default_factory=dict)
 
     @property
     def target(self) -> Stage:
@@ -350,8 +356,15 @@ def _arg_declarations(ins: Instruction, env: dict[str, str]) -> list[tuple[str, 
     return out
 
 
-def plan(text: str) -> Plan:
-    """The stages of a Dockerfile with each instruction evaluated (refuses what it cannot)."""
+def plan(text: str, build_args: Mapping[str, str] | None = None) -> Plan:
+    """The stages of a Dockerfile with each instruction evaluated (refuses what it cannot).
+
+    build_args: `--build-arg NAME=VALUE` with Docker's meaning: the value replaces the
+    default of every ARG NAME declaration. One the Dockerfile never declares is refused
+    (Docker only warns; a misspelt name would silently build something else).
+    """
+    given = dict(build_args or {})
+    declared: set[str] = set()
     instructions = parse(text)
     global_args: list[Instruction] = []
     globals_: dict[str, str] = {}
@@ -364,8 +377,10 @@ def plan(text: str) -> Plan:
                 raise DockerfileError(f"{ins.where()}: only ARG may come before the first FROM")
             global_args.append(ins)
             for arg, default in _arg_declarations(ins, globals_):
-                if default is not None:
-                    globals_[arg] = default
+                declared.add(arg)
+                value = given.get(arg, default)
+                if value is not None:
+                    globals_[arg] = value
         else:
             chunks[-1].append(ins)
     if not chunks:
@@ -396,11 +411,16 @@ def plan(text: str) -> Plan:
                 f"{head.where()}: the daemonless build starts only FROM debian:<suite>[-slim] "
                 f"(made from Debian's packages by mmdebstrap) or an earlier stage, not {ref!r}"
             )
-        steps = _evaluate(chunk[1:], config, globals_, names)
+        steps = _evaluate(chunk[1:], config, globals_, names, given, declared)
         stages.append(Stage(index, name, base_ref, parent, chunk, steps, config))
         if name:
             names[name] = index
-    return Plan(stages, global_args)
+    unused = sorted(set(given) - declared)
+    if unused:
+        raise DockerfileError(
+            f"--build-arg {', '.join(unused)}: the Dockerfile declares no such ARG"
+        )
+    return Plan(stages, global_args, given)
 
 
 def _evaluate(
@@ -408,6 +428,8 @@ def _evaluate(
     config: Config,
     globals_: dict[str, str],
     names: dict[str, int],
+    given: dict[str, str],
+    declared: set[str],
 ) -> list[Step]:
     """Applies a stage's instructions to its config (in place); returns its build steps."""
     steps: list[Step] = []
@@ -419,7 +441,11 @@ def _evaluate(
         match ins.keyword:
             case "ARG":
                 for name, default in _arg_declarations(ins, env):
-                    value = default if default is not None else globals_.get(name)
+                    declared.add(name)
+                    if name in given:
+                        value: str | None = given[name]
+                    else:
+                        value = default if default is not None else globals_.get(name)
                     if value is not None:
                         args[name] = value
             case "ENV":
@@ -632,6 +658,8 @@ def stage_keys(plan_: Plan, context: Path, ignore: DockerIgnore, salt: str) -> K
             h.update(f"image {stage.base_ref}\n".encode())
         for ins in plan_.global_args:
             h.update(f"global {ins.text()}\n".encode())
+        for arg, value in sorted(plan_.build_args.items()):
+            h.update(f"build-arg {arg}={value}\n".encode())
         first = next((n for n, s in enumerate(stage.steps) if isinstance(s, Copy)), None)
         for ins in stage.instructions:
             if first and ins.line == stage.steps[first].line:

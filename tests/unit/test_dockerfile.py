@@ -165,3 +165,71 @@ def test_every_instruction_is_run_by_the_daemonless_build() -> None:
     assert isinstance(env, list)
     assert env[0].startswith("PATH=/opt/vnpu/bin:/usr/local/sbin:")
     assert set(config["ExposedPorts"]) == {"9100/tcp", "9101/tcp", "9443/tcp"}  # type: ignore[arg-type]
+
+
+OCI_LABELS = {
+    "title",
+    "description",
+    "version",
+    "revision",
+    "created",
+    "source",
+    "url",
+    "documentation",
+    "licenses",
+    "vendor",
+}
+
+
+def test_oci_labels_are_complete_and_true() -> None:
+    labels = _plan().target.config.labels
+    oci = {k.removeprefix("org.opencontainers.image."): v for k, v in labels.items()}
+    assert set(oci) >= OCI_LABELS, f"missing: {OCI_LABELS - set(oci)}"
+    project = _pyproject()["project"]
+    assert oci["version"] == project["version"], "ARG VERSION must follow pyproject.toml"
+    assert oci["licenses"] == project["license"]
+    assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")
+    assert oci["source"].startswith("https://")
+    # Unset unless the build names them: a test build never claims a commit or a time.
+    assert oci["revision"] == oci["created"] == ""
+    release = dockerfile.plan(
+        DOCKERFILE.read_text(),
+        {"REVISION": "0b51f13", "CREATED": "2026-11-01T00:00:00Z"},
+    ).target.config.labels
+    assert release["org.opencontainers.image.revision"] == "0b51f13"
+    assert release["org.opencontainers.image.created"] == "2026-11-01T00:00:00Z"
+
+
+def test_every_base_is_pinned_by_digest() -> None:
+    for stage in _plan().stages:
+        if stage.base_ref is None:
+            continue
+        match = dockerfile.DEBIAN_REF.fullmatch(stage.base_ref)
+        assert match, stage.base_ref
+        assert match.group("digest"), f"{stage.label()}: FROM {stage.base_ref} has no digest"
+
+
+def test_python_packages_come_only_from_the_lock_files() -> None:
+    """Every pip install in the image names a lock (by hash), or the project's own wheel
+    with no resolution: nothing is chosen at build time."""
+    runs = [rest for w, rest in _instructions() if w == "RUN"]
+    installs = [
+        part.strip()
+        for run in runs
+        for part in run.split("&&")
+        if re.search(r"pip( --python \S+)? install", part)
+    ]
+    assert installs, "the Dockerfile installs nothing with pip"
+    for command in installs:
+        assert (
+            "--require-hashes -r build-requirements.txt" in command
+            or "-r pylock.toml" in command
+            or ("--no-deps" in command and "--no-index" in command)
+        ), f"installs outside the lock: {command}"
+    assert any("-r pylock.toml" in c for c in installs)
+    wheel = [part for run in runs for part in run.split("&&") if "pip wheel" in part]
+    assert wheel
+    assert all("--no-build-isolation" in w and "--no-deps" in w for w in wheel)
+    copies = " ".join(rest for w, rest in _instructions() if w == "COPY")
+    for name in ("pylock.toml", "build-requirements.txt", "LICENSE"):
+        assert name in copies, f"the build context's {name} is not copied"

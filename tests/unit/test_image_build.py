@@ -4,6 +4,8 @@ cache keys that change exactly when the image would."""
 
 from __future__ import annotations
 
+import argparse
+import time
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,82 @@ def test_debian_base_is_slim_minbase_from_debian_packages(
         "deb http://deb.debian.org/debian-security bookworm-security main",
     ]
     assert not any("path-exclude" in a for a in build.debian_argv("debian:bookworm", Path("/r")))
+
+
+DIGEST = "ab" * 32
+
+
+def test_build_args_replace_arg_defaults_as_docker_does() -> None:
+    text = (
+        "ARG BASE=debian:bookworm-slim\n"
+        "ARG REVISION=\n"
+        "FROM ${BASE}\n"
+        "ARG REVISION\n"
+        "ARG LOCAL=dflt\n"
+        'LABEL rev="$REVISION" local="$LOCAL"\n'
+    )
+    plain = dockerfile.plan(text)
+    assert plain.target.config.labels == {"rev": "", "local": "dflt"}
+    given = dockerfile.plan(
+        text, {"REVISION": "c0ffee", "LOCAL": "x", "BASE": f"debian:trixie-slim@sha256:{DIGEST}"}
+    )
+    assert given.target.config.labels == {"rev": "c0ffee", "local": "x"}
+    assert given.target.base_ref == f"debian:trixie-slim@sha256:{DIGEST}"
+    with pytest.raises(DockerfileError, match="--build-arg REVISON: the Dockerfile declares"):
+        dockerfile.plan(text, {"REVISON": "typo"})
+
+
+def test_build_args_are_part_of_the_cache_key(tmp_path: Path) -> None:
+    """A release's labels differ from a test build's: never served from the other's cache."""
+    (tmp_path / "Dockerfile").write_text(BASE + 'ARG REVISION=\nLABEL rev="$REVISION"\n')
+
+    def key(args: dict[str, str] | None) -> str:
+        plan = dockerfile.plan((tmp_path / "Dockerfile").read_text(), args)
+        return dockerfile.stage_keys(plan, tmp_path, DockerIgnore(""), salt="s").final[0]
+
+    assert key(None) == key({})
+    assert key({"REVISION": "a"}) != key(None)
+    assert key({"REVISION": "a"}) != key({"REVISION": "b"})
+
+
+def test_build_arg_flag_parses_name_value() -> None:
+    assert build.build_arg("CREATED=2026-11-01T00:00:00Z") == ("CREATED", "2026-11-01T00:00:00Z")
+    assert build.build_arg("REVISION=") == ("REVISION", "")
+    for bad in ("REVISION", "=x", "A B=c"):
+        with pytest.raises(argparse.ArgumentTypeError, match="NAME=VALUE"):
+            build.build_arg(bad)
+
+
+def test_a_digest_pins_docker_and_keys_the_daemonless_base(tmp_path: Path) -> None:
+    """FROM debian:<suite>-slim@sha256:...: mmdebstrap makes the same suite; a new digest
+    is a fresh base, not the cached one."""
+    pinned = f"debian:bookworm-slim@sha256:{DIGEST}"
+    match = dockerfile.DEBIAN_REF.fullmatch(pinned)
+    assert match
+    assert (match["suite"], match["slim"], match["digest"]) == ("bookworm", "-slim", DIGEST)
+    assert not dockerfile.DEBIAN_REF.fullmatch("debian:bookworm-slim@sha256:abc")
+    assert build.debian_argv(pinned, Path("/r")) == build.debian_argv(
+        "debian:bookworm-slim", Path("/r")
+    )
+
+    (tmp_path / "pyproject.toml").write_text('[project]\nversion = "1.0"\n')
+
+    def base_snapshot(ref: str) -> Path:
+        (tmp_path / "Dockerfile").write_text(f"FROM {ref}\nRUN true\n")
+        builder = build.Builder(tmp_path, tmp_path / "Dockerfile", tmp_path / "cache")
+        return builder.checkpoints(builder.plan.target)[0]
+
+    first, other = base_snapshot(pinned), base_snapshot(f"debian:bookworm-slim@sha256:{'cd' * 32}")
+    assert first != other
+    assert first.name.startswith("from-debian-bookworm-slim-")
+    assert "sha256" not in first.name
+
+
+def test_created_follows_source_date_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790467200")
+    assert build.created().isoformat() == "2026-09-27T00:00:00+00:00"
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    with pytest.raises(build.BuildError, match="SOURCE_DATE_EPOCH"):
+        build.created()
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    assert abs(build.created().timestamp() - time.time()) < 5
