@@ -2,7 +2,7 @@
 within seconds are renewed while the API server keeps calling the webhook, certificate
 files replaced like a Secret volume are served without a restart, and a caBundle that
 someone else injected survives the operator's registration and restart. Also the chart's
-cert-manager mode as rendered.
+cert-manager mode, rendered and installed (against stand-in cert-manager CRDs).
 
 Node (name unique to this file, prefix `wcert-`): wcert-a, 1 x 910B3.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_harness import RELEASE, template
+from chart_harness import CHART, RELEASE, helm, template
 from cryptography import x509
 from operator_harness import Stack
 
@@ -348,6 +348,71 @@ def test_operator_mode_registers_and_renews_and_cert_manager_needs_its_api(
     )
     assert proc.returncode != 0
     assert "cert-manager.io/v1" in proc.stderr
+
+
+def cert_manager_crd(kind: str, plural: str) -> dict[str, Any]:
+    """A stand-in for cert-manager's CRD of `kind`: the API exists, nothing acts on it."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.cert-manager.io"},
+        "spec": {
+            "group": "cert-manager.io",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [{
+                "name": "v1", "served": True, "storage": True,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                }},
+            }],
+        },
+    }  # fmt: skip
+
+
+def test_cert_manager_mode_installs_and_leaves_the_operator_no_registration_rights(
+    plane: LocalPlane,
+) -> None:
+    crds = [cert_manager_crd("Certificate", "certificates"), cert_manager_crd("Issuer", "issuers")]
+    for crd in crds:
+        plane.kubectl("apply", "-f", "-", input=json.dumps(crd))
+        plane.kubectl(
+            "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s"
+        )
+    # What this module's operators registered is not Helm's to adopt.
+    for kind in KINDS:
+        plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, check=False)
+    installed = helm(
+        plane, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
+        "--set", "crds.install=false", "--set", "agent.driver=sim",
+        "--set", "webhook.certSource=cert-manager", check=False,
+    )  # fmt: skip
+    try:
+        assert installed.returncode == 0, installed.stderr
+        service = f"{RELEASE}-webhook"
+        cert = plane.get_json("certificate", service, "-n", NAMESPACE)
+        assert cert["spec"]["secretName"] == f"{service}-tls"
+        assert plane.get_json("issuer", f"{service}-ca", "-n", NAMESPACE)["spec"]["ca"]
+        for kind in KINDS:
+            annotations = plane.get_json(kind, names.WEBHOOK_CONFIG_NAME)["metadata"]["annotations"]
+            assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{service}"
+        account = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-operator"
+        for verb, what in (
+            ("create", "mutatingwebhookconfigurations"),
+            ("create", "validatingwebhookconfigurations"),
+            ("patch", f"mutatingwebhookconfigurations/{names.WEBHOOK_CONFIG_NAME}"),
+            ("get", f"validatingwebhookconfigurations/{names.WEBHOOK_CONFIG_NAME}"),
+        ):
+            answer = plane.kubectl("auth", "can-i", verb, what, f"--as={account}", check=False)
+            assert answer.stdout.strip() == "no", (verb, what, answer.stdout, answer.stderr)
+        # The same account may still do its own work (the impersonation is not refused).
+        pods = plane.kubectl("auth", "can-i", "patch", "pods", "-A", f"--as={account}")
+        assert pods.stdout.strip() == "yes"
+    finally:
+        helm(plane, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=120s", check=False)
+        for crd in crds:
+            plane.kubectl("delete", "crd", crd["metadata"]["name"], check=False)
+        plane.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
 
 
 @pytest.mark.parametrize(
