@@ -164,11 +164,13 @@ def render(chart_dir: Path) -> str:
         "",
         "`helm template` checks the chart's `kubeVersion` against Helm's built-in default, "
         "which may be older than the chart allows (`chart requires kubeVersion: ... which is "
-        "incompatible with Kubernetes v1.20.0`). Name the cluster's version; nothing else "
-        "needs a live cluster:",
+        "incompatible with Kubernetes v1.20.0`). Name the cluster's version, and the APIs "
+        "that options using cert-manager or the Prometheus Operator need:",
         "",
         "```sh",
         f"helm template {name} charts/{name} -n vnpu-system --kube-version 1.34",
+        f"helm template {name} charts/{name} -n vnpu-system --kube-version 1.34 \\",
+        "  --set webhook.certSource=cert-manager --api-versions cert-manager.io/v1",
         "```",
         "",
         "## Values",

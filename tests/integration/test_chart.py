@@ -657,11 +657,20 @@ def test_helm_template_needs_no_cluster_only_the_kube_version(
     assert rendered.returncode == 0, rendered.stderr
     kinds = {d["kind"] for d in yaml.safe_load_all(rendered.stdout) if d}
     assert {"Deployment", "DaemonSet", "CustomResourceDefinition", "Pod"} <= kinds
+    # An option that needs an API of the cluster's says so, and renders once it is named.
+    cert_manager = ("--kube-version", "1.34", "--set", "webhook.certSource=cert-manager")
+    refused = helm_template(*cert_manager)
+    assert refused.returncode != 0
+    assert "--api-versions cert-manager.io/v1" in refused.stderr
+    rendered = helm_template(*cert_manager, "--api-versions", "cert-manager.io/v1")
+    assert rendered.returncode == 0, rendered.stderr
+    assert "Certificate" in {d["kind"] for d in yaml.safe_load_all(rendered.stdout) if d}
     old = helm_template("--kube-version", "1.29")
     assert old.returncode != 0
     assert "chart requires kubeVersion: >=1.30.0-0" in old.stderr
     readme = (CHART / "README.md").read_text()
     assert "--kube-version 1.34" in readme
+    assert "--api-versions cert-manager.io/v1" in readme
 
 
 def _hook(plane: LocalPlane, namespace: str, *values: str) -> dict[tuple[str, str], dict[str, Any]]:
