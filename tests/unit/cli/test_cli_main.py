@@ -4,6 +4,7 @@ say what is wrong with exit status 1."""
 from __future__ import annotations
 
 import socket
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,16 @@ current-context: x
         assert capsys.readouterr().err == "error: the API server answered 401 Unauthorized\n"
     finally:
         server.shutdown()
+
+
+def test_version_and_the_agent_namespace_variable_in_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"kubectl-vnpu {version('vnpu-operator')}\n"
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    assert "$VNPU_AGENT_NAMESPACE or vnpu-system" in " ".join(capsys.readouterr().out.split())
