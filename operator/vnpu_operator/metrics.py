@@ -184,7 +184,7 @@ class _StateCollector(Collector):
         def chip_gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
             return GaugeMetricFamily(f"{PREFIX}_chip_{name}", doc, labels=[*CHIP_LABELS, *extra])
 
-        booked = "as placement books them: declared vNPUs and orphans"
+        booked = "as placement books them: declared vNPUs and undeclared ones"
         aicore_cap = chip_gauge("aicore_capacity", "AI Cores of the chip.")
         aicore_used = chip_gauge("aicore_used", f"AI Cores in use, {booked}.")
         memory_cap = chip_gauge("memory_capacity_bytes", "Device memory of the chip.")
@@ -193,7 +193,10 @@ class _StateCollector(Collector):
         aicpu_used = chip_gauge("aicpu_used", f"AI CPUs in use, {booked}.")
         vnpu_cap = chip_gauge("vnpu_capacity", "The most vNPUs the chip can hold.")
         vnpus = chip_gauge(
-            "vnpus", "vNPUs on the chip by state (allocated: declared; orphan).", ("state",)
+            "vnpus",
+            "vNPUs on the chip by state (allocated: an allocation declares it; undeclared: "
+            "none does, the agent's orphans and foreign vNPUs alike).",
+            ("state",),
         )
         unavailable = chip_gauge(
             "unavailable",
@@ -215,7 +218,7 @@ class _StateCollector(Collector):
             aicpu_used.add_metric(labels, chip.used.aicpu)
             vnpu_cap.add_metric(labels, chip.vnpu_limit)
             vnpus.add_metric([*labels, "allocated"], chip.allocated)
-            vnpus.add_metric([*labels, "orphan"], chip.orphans)
+            vnpus.add_metric([*labels, "undeclared"], chip.orphans)
         yield from (aicore_cap, aicore_used, memory_cap, memory_used, aicpu_cap, aicpu_used)
         yield from (vnpu_cap, vnpus, unavailable)
 
