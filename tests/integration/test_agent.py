@@ -312,7 +312,7 @@ def test_metrics_drop_series_of_deleted_allocations(
 ) -> None:
     create(plane, namespace, allocation("metered", node=node, vnpu_id=110))
     wait_for("Ready", lambda: _ready(plane, namespace, "metered"))
-    series = 'name="metered"'
+    series = 'allocation="metered"'
     wait_for("series present", lambda: series in agent.metrics())
     plane.kubectl("delete", names.ALLOCATION_PLURAL, "metered", "-n", namespace, "--wait=false")
     wait_for("gone", lambda: get_alloc(plane, namespace, "metered") is None)
