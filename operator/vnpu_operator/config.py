@@ -60,8 +60,9 @@ class OperatorSettings(BaseSettings):
     )
     webhook_cert_dir: Path | None = Field(
         default=None,
-        description="Directory with tls.crt, tls.key (and ca.crt) for the webhook; "
-        "unset: a self-signed CA and certificate are generated at start.",
+        description="Directory with tls.crt, tls.key (and ca.crt) for the webhook, served "
+        "anew when its files change; unset: the operator makes its own CA and certificate "
+        "and renews them.",
     )
     # Developer flag: a local plane's API server reaches the webhook by URL;
     # in a cluster it is always a Service.
@@ -80,7 +81,7 @@ class OperatorSettings(BaseSettings):
         default=365 * 86400,
         ge=10,
         description="Lifetime of the self-signed serving certificate; a new one is served "
-        "once webhook_cert_renew_fraction of it has passed.",
+        "once the renew fraction of it has passed.",
     )
     webhook_ca_validity_seconds: float = Field(
         default=3650 * 86400,
@@ -98,7 +99,7 @@ class OperatorSettings(BaseSettings):
     webhook_cert_poll_seconds: float = Field(
         default=5.0,
         ge=0.1,
-        description="How often webhook_cert_dir is read for replaced files and the "
+        description="How often the certificate directory is read for replaced files and the "
         "self-signed certificate checked for renewal.",
     )
     runtime_class_name: str = Field(
