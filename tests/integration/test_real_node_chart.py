@@ -16,6 +16,7 @@ install first, uninstall last. Needs root (the real node, the image build).
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -266,6 +267,31 @@ def test_chart_pods_run_the_product_image_on_the_real_node_only(
     models = [m for m, n in parse_chips(CHIPS).items() for _ in range(n)]
     assert [c["model"] for c in vnpunode["status"]["chips"]] == models
     assert plane.get_json("runtimeclass", RUNTIME_CLASS)["handler"] == ASCEND_HANDLER
+
+
+def test_helm_test_passes_in_the_product_image_on_the_real_node(
+    plane: LocalPlane, release: Release
+) -> None:
+    """`helm test` for real: the hook pod runs files/check_webhook.py in the product
+    image on the real kubelet (uid 10001, read-only root, reaching the API server
+    the way the chart's components do) and passes only on the webhook's refusal.
+    Helm's `--logs` comes after the passed pod's cleanup, so the verdict is its phase."""
+    t0 = time.monotonic()
+    out = helm(plane, "test", RELEASE, "-n", NAMESPACE, "--timeout=180s", check=False)
+    release.timings["helm_test"] = time.monotonic() - t0
+    report = f"{out.stdout}\n{out.stderr}"
+    # The script exits 0 only on the vnpu-operator webhook's refusal of its template.
+    assert out.returncode == 0, report
+    suite = out.stdout.split(f"TEST SUITE:     {RELEASE}-test-webhook", 1)
+    assert len(suite) == 2, report
+    assert re.search(r"Phase:\s+Succeeded", suite[1]), report
+    # hook-succeeded: the hook's pod is gone once it passed.
+    leftover = [
+        p["metadata"]["name"]
+        for p in plane.get_json("pods", "-n", NAMESPACE)["items"]
+        if p["metadata"]["name"].startswith(f"{RELEASE}-test")
+    ]
+    assert not leftover, leftover
 
 
 def test_vnpu_pods_see_exactly_their_devices(plane: LocalPlane, release: Release) -> None:
