@@ -5,6 +5,8 @@ a memory leak from a deploy and an alert can name the release it fired on."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from prometheus_client import (
     GC_COLLECTOR,
     PLATFORM_COLLECTOR,
@@ -13,8 +15,15 @@ from prometheus_client import (
     Info,
     disable_created_metrics,
 )
+from prometheus_client.core import GaugeMetricFamily
 
 from vnpu_common import __version__
+
+MIB: Final = 1024 * 1024
+# Every chip series of both components: our index (`chip`, as in a
+# VNPUAllocation) and the physical `id` Ascend's npu-exporter labels chips
+# with, so the two join.
+CHIP_LABELS: Final = ("node", "chip", "id", "model")
 
 
 def component_registry(prefix: str) -> CollectorRegistry:
@@ -34,3 +43,8 @@ def component_registry(prefix: str) -> CollectorRegistry:
         {"version": __version__}
     )
     return registry
+
+
+def chip_gauge(prefix: str, name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    """`<prefix>_chip_<name>`, labelled CHIP_LABELS and then `extra`."""
+    return GaugeMetricFamily(f"{prefix}_chip_{name}", doc, labels=[*CHIP_LABELS, *extra])

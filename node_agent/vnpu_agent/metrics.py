@@ -17,14 +17,12 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from vnpu_common import names
-from vnpu_common.metrics_registry import component_registry
+from vnpu_common.metrics_registry import CHIP_LABELS, MIB, chip_gauge, component_registry
 
 if TYPE_CHECKING:
     from vnpu_agent.node import NodeAgent
 
 PREFIX: Final = "vnpu_agent"
-MIB: Final = 1024 * 1024
-CHIP_LABELS: Final = ["node", "chip", "id", "model"]
 
 
 class AgentMetrics:
@@ -101,17 +99,14 @@ class _StateCollector(Collector):
             ],
         )  # fmt: skip
 
-        def chip_gauge(name: str, doc: str) -> GaugeMetricFamily:
-            return GaugeMetricFamily(f"{PREFIX}_chip_{name}", doc, labels=CHIP_LABELS)
-
         driver = "as the driver reports them"
-        aicore_cap = chip_gauge("aicore_capacity", "AI Cores of the chip.")
-        aicore_free = chip_gauge("aicore_free", f"AI Cores free, {driver}.")
-        memory_cap = chip_gauge("memory_capacity_bytes", "Device memory of the chip.")
-        memory_free = chip_gauge("memory_free_bytes", f"Device memory free, {driver}.")
-        aicpu_cap = chip_gauge("aicpu_capacity", "AI CPUs of the chip.")
-        aicpu_free = chip_gauge("aicpu_free", f"AI CPUs free, {driver}.")
-        healthy = chip_gauge("healthy", "1 if the driver reports the chip healthy.")
+        aicore_cap = chip_gauge(PREFIX, "aicore_capacity", "AI Cores of the chip.")
+        aicore_free = chip_gauge(PREFIX, "aicore_free", f"AI Cores free, {driver}.")
+        memory_cap = chip_gauge(PREFIX, "memory_capacity_bytes", "Device memory of the chip.")
+        memory_free = chip_gauge(PREFIX, "memory_free_bytes", f"Device memory free, {driver}.")
+        aicpu_cap = chip_gauge(PREFIX, "aicpu_capacity", "AI CPUs of the chip.")
+        aicpu_free = chip_gauge(PREFIX, "aicpu_free", f"AI CPUs free, {driver}.")
+        healthy = chip_gauge(PREFIX, "healthy", "1 if the driver reports the chip healthy.")
         for agent in self._agents():
             physical = {c.index: str(c.physical_id) for c in agent.chips}
             models = {c.index: c.model for c in agent.chips}

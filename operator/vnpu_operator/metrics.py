@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from vnpu_common import names
-from vnpu_common.metrics_registry import component_registry
+from vnpu_common.metrics_registry import MIB, chip_gauge, component_registry
 from vnpu_operator.placement import ChipCapacity
 
 PREFIX: Final = "vnpu_operator"
@@ -29,8 +29,6 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
 # An admission answer is computed in memory: milliseconds, and the API
 # server's timeout (10 s by default) is the far end.
 ADMISSION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
-MIB: Final = 1024 * 1024
-CHIP_LABELS: Final = ["node", "chip", "id", "model"]
 
 
 @dataclass(frozen=True)
@@ -181,24 +179,23 @@ class _StateCollector(Collector):
         return allocs
 
     def _chips(self) -> Iterator[Metric]:
-        def chip_gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
-            return GaugeMetricFamily(f"{PREFIX}_chip_{name}", doc, labels=[*CHIP_LABELS, *extra])
-
         booked = "as placement books them: declared vNPUs and undeclared ones"
-        aicore_cap = chip_gauge("aicore_capacity", "AI Cores of the chip.")
-        aicore_used = chip_gauge("aicore_used", f"AI Cores in use, {booked}.")
-        memory_cap = chip_gauge("memory_capacity_bytes", "Device memory of the chip.")
-        memory_used = chip_gauge("memory_used_bytes", f"Device memory in use, {booked}.")
-        aicpu_cap = chip_gauge("aicpu_capacity", "AI CPUs of the chip.")
-        aicpu_used = chip_gauge("aicpu_used", f"AI CPUs in use, {booked}.")
-        vnpu_cap = chip_gauge("vnpu_capacity", "The most vNPUs the chip can hold.")
+        aicore_cap = chip_gauge(PREFIX, "aicore_capacity", "AI Cores of the chip.")
+        aicore_used = chip_gauge(PREFIX, "aicore_used", f"AI Cores in use, {booked}.")
+        memory_cap = chip_gauge(PREFIX, "memory_capacity_bytes", "Device memory of the chip.")
+        memory_used = chip_gauge(PREFIX, "memory_used_bytes", f"Device memory in use, {booked}.")
+        aicpu_cap = chip_gauge(PREFIX, "aicpu_capacity", "AI CPUs of the chip.")
+        aicpu_used = chip_gauge(PREFIX, "aicpu_used", f"AI CPUs in use, {booked}.")
+        vnpu_cap = chip_gauge(PREFIX, "vnpu_capacity", "The most vNPUs the chip can hold.")
         vnpus = chip_gauge(
+            PREFIX,
             "vnpus",
             "vNPUs on the chip by state (allocated: an allocation declares it; undeclared: "
             "none does, the agent's orphans and foreign vNPUs alike).",
             ("state",),
         )
         unavailable = chip_gauge(
+            PREFIX,
             "unavailable",
             "1 for a chip that takes no new vNPU: cordoned by an admin or unhealthy by its "
             "driver (reason cordoned or unhealthy; a chip may have both series).",

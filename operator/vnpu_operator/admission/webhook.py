@@ -208,6 +208,7 @@ class _Hooks:
             log.exception("admission of review %s failed", review.uid)
             error = web.Response(status=500, text="internal error; see the vnpu-operator log\n")
             return error, "error", ""
+        answer = web.json_response(review_response(review.uid, decision))
         if not decision.allowed:
             log.info(
                 "denied pod %s/%s (review %s): %s",
@@ -216,9 +217,8 @@ class _Hooks:
                 review.uid,
                 "; ".join(decision.problems),
             )
-            answer = web.json_response(review_response(review.uid, decision))
             return answer, "denied", decision.reason or "other"
-        return web.json_response(review_response(review.uid, decision)), "allowed", ""
+        return answer, "allowed", ""
 
     def _decide(self, review: ReviewRequest, decide: Decide) -> Decision:
         # Only pod creation is ours; anything else the configuration let through
