@@ -26,6 +26,11 @@ from vnpu_operator.placement.capacity import (
     free_vnpu_id,
 )
 from vnpu_operator.placement.errors import AllocationConflictError
+from vnpu_operator.placement.fragmentation import (
+    Fragmentation,
+    largest_templates,
+    node_fragmentation,
+)
 from vnpu_operator.placement.model import (
     Allocation,
     NodeInventory,
@@ -250,6 +255,21 @@ class Ledger:
             state = self._state(inventory)
             out.extend(ChipCapacity.of(name, state.chips[i]) for i in sorted(state.chips))
         return out
+
+    def largest_templates(self) -> dict[str, str]:
+        """Chip model -> the largest template offered for it."""
+        return largest_templates(self._catalog)
+
+    def fragmentation(self, node: str | None = None) -> dict[str, Fragmentation]:
+        """Node -> free AICore and how much of it the largest template of
+        each chip's model can use (placement.fragmentation); one node or all."""
+        largest = largest_templates(self._catalog)
+        names = [node] if node is not None else sorted(self._nodes)
+        return {
+            name: node_fragmentation(self._state(self._nodes[name]), largest)
+            for name in names
+            if name in self._nodes
+        }
 
     # ------------------------------------------------------------ placement
 
