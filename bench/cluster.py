@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,10 +95,15 @@ class Cluster:
             self.plane.kubectl("create", "namespace", ns)
 
     def add_nodes(self, names_: list[str]) -> None:
-        # One `kubectl create` of a List per 100 nodes (localplane batches).
-        for i in range(0, len(names_), 100):
-            batch = [NodeSpec(name=n, chips=CHIPS) for n in names_[i : i + 100]]
-            self.plane.add_nodes(batch, wait=False)
+        # One `kubectl create` of a List per 50 nodes, five at a time: kubectl
+        # posts a List's items one by one, so 1000 nodes in sequence took 39 s
+        # of round trips, and 19 s so (2 cores, 2026-11-23).
+        batches = [
+            [NodeSpec(name=n, chips=CHIPS) for n in names_[i : i + 50]]
+            for i in range(0, len(names_), 50)
+        ]
+        with ThreadPoolExecutor(5) as pool:
+            list(pool.map(lambda batch: self.plane.add_nodes(batch, wait=False), batches))
         for i in range(0, len(names_), 100):
             self.plane.kubectl(
                 "wait", "--for=condition=Ready", "--timeout=120s",
