@@ -100,6 +100,12 @@ REASON_RELEASED_EXTERNALLY: Final = "VNPUReleasedExternally"
 REASON_VNPUS_RELEASED: Final = "VNPUsReleased"
 REASON_HAND_EDIT: Final = "ChangedByHand"  # an exempt admin edited what the system decided
 REASON_ALLOCATED: Final = "Allocated"  # the condition once the pod is pinned
+# Preemption (off unless enabled): on the pod that preempts, while it waits
+# for its victims' vNPUs to go, or when a PodDisruptionBudget refused them;
+# on each victim, as kube-scheduler names its own.
+REASON_PREEMPTING: Final = "Preempting"
+REASON_PREEMPTION_BLOCKED: Final = "PreemptionBlocked"
+REASON_PREEMPTED: Final = "Preempted"
 POD_EVENT_REASONS: Final = (
     REASON_VNPUS_READY,
     REASON_WAITING,
@@ -111,6 +117,9 @@ POD_EVENT_REASONS: Final = (
     REASON_RELEASED_EXTERNALLY,
     REASON_VNPUS_RELEASED,
     REASON_HAND_EDIT,
+    REASON_PREEMPTING,
+    REASON_PREEMPTION_BLOCKED,
+    REASON_PREEMPTED,
 )
 # On allocations, by the agent (Events and the Ready/Healthy conditions);
 # driver failures add the reason of their error class (DriverError.reason).

@@ -16,8 +16,20 @@ from vnpu_common import names
 Raw = dict[str, Any]
 
 # What the operator reads of a pod's spec: placement (selector, affinity,
-# tolerations), pinning (gates, affinity) and the lifecycle (gates).
-POD_SPEC_READ = ("schedulingGates", "nodeSelector", "affinity", "tolerations", "nodeName")
+# tolerations), pinning (gates, affinity), the lifecycle (gates) and
+# preemption (priority, preemptionPolicy).
+POD_SPEC_READ = (
+    "schedulingGates",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "nodeName",
+    "priority",
+    "preemptionPolicy",
+)
+# What it reads of a pod's status: the phase, and the node a preempting pod
+# waits on (vnpu_operator.preempting), which survives an operator restart there.
+POD_STATUS_READ = ("phase", "nominatedNodeName")
 
 
 def _metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,7 +45,7 @@ def slim_pod(pod: Mapping[str, Any]) -> Raw:
         "kind": pod.get("kind", "Pod"),
         "metadata": _metadata(pod),
         "spec": {k: spec[k] for k in POD_SPEC_READ if k in spec},
-        "status": {"phase": status["phase"]} if "phase" in status else {},
+        "status": {k: status[k] for k in POD_STATUS_READ if k in status},
     }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Collection, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from vnpu_common.api.models import TemplateResources
 from vnpu_operator.placement.capacity import (
@@ -67,7 +67,11 @@ class Ledger:
         # A node's answer only changes when the node does (inventory,
         # liveness, an allocation on it) or the catalog does, so a stream of
         # placements re-evaluates one node each instead of every node.
-        self._fits: dict[str, dict[tuple[str, str | None, int, Policy], _Fit]] = {}
+        # The key ends with the nominees booked first (see nominations below).
+        self._fits: dict[str, dict[tuple[str, str | None, int, Policy, tuple[str, ...]], _Fit]] = {}
+        # Preempting pods' claims: pod uid -> its nomination; node -> uids.
+        self._nominated: dict[str, Nomination] = {}
+        self._nominated_on: dict[str, set[str]] = {}
 
     @classmethod
     def rebuild(
@@ -337,10 +341,14 @@ class Ledger:
         self, inventory: NodeInventory, request: PodRequest, need: int, policy: Policy
     ) -> _Fit:
         fits = self._fits.setdefault(inventory.name, {})
-        key = (request.template, request.chip_model, need, policy)
+        held = self.held_for(inventory.name, request)
+        key = (request.template, request.chip_model, need, policy, tuple(r.uid for r in held))
         outcome = fits.get(key)
         if outcome is None:
-            outcome = fits[key] = _fit_node(self._state(inventory), request, need, policy)
+            state = self._state(inventory)
+            outcome = fits[key] = hold(state, held, policy) or _fit_node(
+                state, request, need, policy
+            )
         return outcome
 
     def _book(
@@ -357,6 +365,8 @@ class Ledger:
             for i in itertools.count(first_index)
         )
         free_keys = (k for k in keys if k not in self._allocs)
+        # Placed: what it was nominated for is its own now.
+        self.clear_nomination(request.uid)
         # free_keys is endless; slots decides how many are booked.
         for key, (chip, vnpu_id) in zip(free_keys, slots, strict=False):
             self.add_allocation(
@@ -371,6 +381,75 @@ class Ledger:
                 )
             )
         return Placement(node=node, allocations=tuple(self.allocations_for(request.uid)))
+
+    # ---------------------------------------------------------- nominations
+    # A preempting pod's claim on the node where its victims release capacity
+    # (placement.preemption): pods of its priority or lower book around it,
+    # higher ones do not see it, as with kube-scheduler's nominatedNodeName.
+
+    def nominate(self, request: PodRequest, node: str, victims: Collection[str] = ()) -> None:
+        """`victims`: uids of the pods evicted for it, whose allocations it waits on."""
+        self.clear_nomination(request.uid)
+        self._nominated[request.uid] = Nomination(node, request, frozenset(victims))
+        self._nominated_on.setdefault(node, set()).add(request.uid)
+        self._fits.pop(node, None)
+
+    def clear_nomination(self, uid: str) -> Nomination | None:
+        old = self._nominated.pop(uid, None)
+        if old is not None:
+            self._fits.pop(old.node, None)
+            uids = self._nominated_on.get(old.node)
+            if uids is not None:
+                uids.discard(uid)
+                if not uids:
+                    del self._nominated_on[old.node]
+        return old
+
+    def nomination(self, uid: str) -> Nomination | None:
+        return self._nominated.get(uid)
+
+    def nominations(self) -> dict[str, Nomination]:
+        return dict(self._nominated)
+
+    def held_for(self, node: str, request: PodRequest) -> list[PodRequest]:
+        """The nominees `request` must leave room for on `node`: those of
+        equal or higher priority but itself, highest first."""
+        uids = self._nominated_on.get(node)
+        if not uids:
+            return []
+        held = [self._nominated[u].request for u in uids if u != request.uid]
+        held = [r for r in held if r.priority >= request.priority]
+        return sorted(held, key=lambda r: (-r.priority, r.uid))
+
+    def state_without(self, node: str, pods: Collection[str]) -> NodeState | None:
+        """A working copy of the node's capacity as if `pods` had released
+        everything: their allocations and the vNPUs those declare are left
+        out (the inventory would list the vNPUs until their destroy)."""
+        inventory = self._nodes.get(node)
+        if inventory is None:
+            return None
+        allocs = [self._allocs[k] for k in self._by_node.get(node, ())]
+        gone = {(a.chip, a.vnpu_id, a.template) for a in allocs if a.pod_uid in pods}
+        destroyed = gone.union(self._destroyed.get(node, {}))
+        kept = (a for a in allocs if a.pod_uid not in pods)
+        return build_node_state(inventory, kept, self._catalog, destroyed)
+
+
+@dataclass(frozen=True)
+class Nomination:
+    node: str
+    request: PodRequest
+    victims: frozenset[str] = frozenset()
+
+
+def hold(state: NodeState, held: Iterable[PodRequest], policy: Policy) -> Reason | None:
+    """Books the nominees into the working copy first; NOMINATED when one of
+    them does not fit yet (its victims are still releasing): the node is
+    then closed to whoever asked."""
+    for nominee in held:
+        if isinstance(_fit_node(state, nominee, nominee.count, policy), Reason):
+            return Reason.NOMINATED
+    return None
 
 
 _Fit = tuple[list[tuple[int, int]], float] | Reason

@@ -26,6 +26,8 @@ def _signature(request: PodRequest, avoid: frozenset[str]) -> tuple[Any, ...]:
         json.dumps(request.required_affinity, sort_keys=True),
         json.dumps(list(request.tolerations), sort_keys=True),
         avoid,
+        # A preempting pod's claim closes a node to its priority and lower only.
+        request.priority,
     )
 
 
@@ -34,7 +36,8 @@ class NoFitMemo:
         self._nofits: dict[tuple[Any, ...], NoFit] = {}
 
     def capacity_grew(self) -> None:
-        """Something freed capacity or added a node: every answer is stale."""
+        """Something freed capacity, added a node or dropped a preempting
+        pod's claim: every answer is stale."""
         self._nofits.clear()
 
     def place(
@@ -47,10 +50,11 @@ class NoFitMemo:
         first_index: int,
     ) -> Placement | NoFit:
         """`ledger.place`, answered from memory for a request like one that
-        did not fit since the last growth. A pod holding part of its booking
-        is always placed afresh: its own bookings change what fits."""
+        did not fit since the last growth. A pod holding part of its booking,
+        or a claim as a preempting pod, is always placed afresh: its own
+        bookings change what fits, and the claim closes nodes to others only."""
         signature = None
-        if not ledger.allocations_for(request.uid):
+        if not ledger.allocations_for(request.uid) and ledger.nomination(request.uid) is None:
             signature = _signature(request, avoid)
             cached = self._nofits.get(signature)
             if cached is not None:

@@ -23,6 +23,9 @@ class Reason(StrEnum):
     NODE_AFFINITY = "node-affinity"
     TAINT = "taint"
     NO_CHIPS = "no-chips"
+    # Capacity held for a preempting pod of equal or higher priority whose
+    # victims are still releasing it (placement.preemption).
+    NOMINATED = "nominated"
     CHIP_MODEL = "chip-model"
     UNHEALTHY = "unhealthy"
     TEMPLATE_NOT_OFFERED = "template-not-offered"
@@ -53,6 +56,7 @@ _LABELS = {
     Reason.NODE_AFFINITY: "node affinity mismatch",
     Reason.TAINT: "taint not tolerated",
     Reason.NO_CHIPS: "no NPU chips",
+    Reason.NOMINATED: "capacity held for a preempting pod",
     Reason.CHIP_MODEL: "chip model mismatch",
     Reason.UNHEALTHY: "chip unhealthy",
     Reason.TEMPLATE_NOT_OFFERED: "template not offered",

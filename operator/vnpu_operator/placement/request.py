@@ -65,6 +65,10 @@ class PodRequest:
     # vnpu.io/containers as admitted (None: every container). Placement does
     # not read it; it is the pod's whole request, as the webhook read it.
     containers: tuple[str, ...] | None = None
+    # spec.priority, which the API server's Priority admission fills from the
+    # pod's PriorityClass (absent: 0). Placement reads it only where a
+    # preempting pod holds capacity (vnpu_operator.placement.preemption).
+    priority: int = 0
     affinity_terms: tuple[Term, ...] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -81,6 +85,8 @@ class PodRequest:
         _check(names.ANN_COUNT, count_problem(self.count))
         if self.chip_model is not None:
             _check(names.ANN_CHIP_MODEL, chip_model_problem(self.chip_model))
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise InvalidRequestError("spec.priority", "must be an integer")
         if not isinstance(self.node_selector, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.node_selector.items()
         ):
@@ -123,6 +129,7 @@ class PodRequest:
         affinity = _get(pod, "spec", "affinity", "nodeAffinity")
         required = _get(affinity, "requiredDuringSchedulingIgnoredDuringExecution")
         selector = _get(pod, "spec", "nodeSelector")
+        priority = _get(pod, "spec", "priority")
         return cls(
             namespace=_get(pod, "metadata", "namespace"),
             name=_get(pod, "metadata", "name"),
@@ -134,4 +141,5 @@ class PodRequest:
             required_affinity=required,
             tolerations=tuple(tolerations or ()),
             containers=request.containers,
+            priority=0 if priority is None else priority,
         )
