@@ -35,6 +35,12 @@ class OperatorSettings(BaseSettings):
         default="binpack",
         description="Placement: binpack fills the fullest chip that fits, spread the emptiest.",
     )
+    preemption: bool = Field(
+        default=False,
+        description="Let a waiting vNPU pod evict running vNPU pods of lower priority "
+        "(their PriorityClass) on one node to make room, through the Eviction API "
+        "(PodDisruptionBudgets hold). Off by default: it kills running workloads.",
+    )
     max_attempts: int = Field(
         default=3, ge=1, le=20, description="Placements per pod whose vNPUs may fail."
     )

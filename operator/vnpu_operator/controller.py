@@ -56,6 +56,7 @@ from vnpu_operator.placement import (
 )
 from vnpu_operator.placing import Placer
 from vnpu_operator.podstate import Expectations, PodState, Write
+from vnpu_operator.preempting import Preemption
 from vnpu_operator.slim import resource_version, slim_pod
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,14 @@ class Controller:
 
         self.states: dict[str, PodState] = {}
         self.expect = Expectations()
-        self.placer = Placer(api, self.notices, self.ledger, self.expect, settings, metrics)
+        self.preemption = Preemption(
+            api, self.notices, self.ledger, settings, metrics,
+            pods=self.pods, allocs=self.allocs, kick=self.kick, grew=self.kick_waiting,
+            clock=clock,
+        )  # fmt: skip
+        self.placer = Placer(
+            api, self.notices, self.ledger, self.expect, settings, metrics, self.preemption
+        )
         self._offered: tuple[int, OfferedTemplates] | None = None
         self._waiting_kick: asyncio.Handle | None = None
         self._side_tasks: set[asyncio.Task[None]] = set()
@@ -230,8 +238,13 @@ class Controller:
             self.pods.pop(uid, None)
             self.expect.seen(Write.UNGATE, uid)
             self.expect.seen(Write.UNFINALIZE, uid)
+            self.preemption.forget(uid)
         else:
             pod = slim_pod(obj)
+            if uid not in self.pods:
+                # First sight (after a restart, the listing): a claim an
+                # earlier run wrote is booked before anything is placed.
+                self.preemption.restore(pod)
             self.pods[uid] = pod
             if not is_gated(pod):
                 self.expect.seen(Write.UNGATE, uid)
@@ -395,6 +408,7 @@ class Controller:
                 await self.notices.hand_edit(pod, edit)
         if step.kind is not StepKind.PLACE:
             state.waiting_since = None
+            await self.preemption.release_claim(pod, state)
         match step.kind:
             case StepKind.RELEASE:
                 await self._release(step.keys)

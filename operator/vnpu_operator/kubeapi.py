@@ -9,6 +9,7 @@ Every write that fails is counted here, by operation and HTTP status, in
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -55,6 +56,25 @@ def allocation_body(alloc: Allocation, pod: Mapping[str, Any]) -> dict[str, Any]
         },
         "spec": alloc.to_spec().to_api(),
     }
+
+
+def budget_refusal(exc: ApiException) -> str | None:
+    """The message of an eviction a PodDisruptionBudget refused (429 with a
+    DisruptionBudget cause), else None: a 429 without one is the API
+    server's own throttling, an error to retry."""
+    if exc.status != 429:
+        return None
+    try:
+        status = json.loads(exc.body or b"{}")
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(status, dict):
+        return None
+    causes = (status.get("details") or {}).get("causes") or []
+    budget = [str(c.get("message", "")) for c in causes if c.get("reason") == "DisruptionBudget"]
+    if not budget:
+        return None
+    return "; ".join([str(status.get("message", "")).rstrip("."), *budget]).strip("; ")
 
 
 class OperatorApi:
@@ -197,6 +217,57 @@ class OperatorApi:
             _content_type=STRATEGIC,
             done=(404,),
         )
+
+    async def set_nominated_node(self, pod: Mapping[str, Any], node: str | None) -> None:
+        """status.nominatedNodeName: the node a preempting pod's claim is on
+        (None clears it), which `kubectl get pod -o wide` shows and a
+        restarted operator rebuilds the claim from."""
+        meta = pod["metadata"]
+        await self._write(
+            "patch_pod_status",
+            self.core.patch_namespaced_pod_status,
+            meta["name"],
+            meta["namespace"],
+            {"status": {"nominatedNodeName": node}},
+            _content_type=MERGE,
+            done=(404,),
+        )
+
+    async def evict_pod(self, pod: Mapping[str, Any], *, dry_run: bool = False) -> str | None:
+        """A policy/v1 Eviction of the pod (this very pod: its uid is a
+        precondition). None when it is evicted, or gone already; the API
+        server's words when a PodDisruptionBudget refuses it. A dry run asks
+        the same question and evicts nothing."""
+        meta = pod.get("metadata") or {}
+        options: dict[str, Any] = {"preconditions": {"uid": meta.get("uid")}}
+        if dry_run:
+            options["dryRun"] = ["All"]
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+            "deleteOptions": options,
+        }
+        try:
+            await call(
+                self.core.create_namespaced_pod_eviction,
+                meta.get("name"),
+                meta.get("namespace"),
+                body,
+            )
+        except ApiException as exc:
+            # Gone, or replaced by a pod of the same name (the uid precondition).
+            if exc.status in (404, 409):
+                return None
+            refusal = budget_refusal(exc)
+            if refusal is not None:
+                return refusal
+            self._errors.labels("evict_pod", str(exc.status)).inc()
+            raise
+        except Exception:
+            self._errors.labels("evict_pod", NO_RESPONSE).inc()
+            raise
+        return None
 
     async def event(
         self,

@@ -80,6 +80,20 @@ class OperatorMetrics:
             ["node"],
             registry=self.registry,
         )
+        # Written by preempting.Preemption (only with --preemption).
+        self.preemption_attempts = Counter(
+            f"{PREFIX}_preemption_attempts_total",
+            "Preemptions tried for a waiting vNPU pod, by result (evicted: victims "
+            "evicted and the node claimed; blocked: a PodDisruptionBudget refused a "
+            "victim and no other plan was found; failed: an eviction call failed).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.preemption_victims = Counter(
+            f"{PREFIX}_preemption_victims_total",
+            "vNPU pods evicted to make room for a pod of higher priority.",
+            registry=self.registry,
+        )
         # Written by kubeapi.OperatorApi: a handful of operations times the
         # statuses the API server answers, so the series stay few.
         self.api_errors = Counter(

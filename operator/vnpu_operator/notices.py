@@ -110,6 +110,14 @@ class Notices:
             )
         await self.api.event(alloc, reason=names.REASON_UNSERVABLE, message=message, warning=True)
 
+    async def preempted(self, victim: Raw, by: str, priority: int, node: str) -> None:
+        """On the evicted pod, in the words kube-scheduler uses for its own."""
+        await self.api.event(
+            victim,
+            reason=names.REASON_PREEMPTED,
+            message=f"preempted by {by} (priority {priority}) to free vNPU capacity on node {node}",
+        )
+
     async def hand_edit(self, pod: Raw, what: str) -> None:
         await self.api.event(
             pod,

@@ -27,6 +27,7 @@ from vnpu_operator.placement import (
 )
 from vnpu_operator.placement.nofit_memo import NoFitMemo
 from vnpu_operator.podstate import Expectations, PodState, Write
+from vnpu_operator.preempting import Preemption
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,10 @@ class Placer:
         expect: Expectations,
         settings: OperatorSettings,
         metrics: OperatorMetrics,
+        preemption: Preemption,
     ) -> None:
         self.api = api
+        self.preemption = preemption
         self.notices = notices
         self.ledger = ledger
         self.expect = expect
@@ -92,6 +95,8 @@ class Placer:
                 state.waiting_since = state.seen_at
             state.waiting_reason = result.primary_reason.value
             self.metrics.placement_failures.labels(result.primary_reason.value).inc()
+            if await self.preemption.after_nofit(pod, state, request, result):
+                return
             await self.notices.tell(
                 pod, state, names.REASON_WAITING, result.message, condition=True,
                 event_key=result.primary_reason.value,
@@ -113,3 +118,4 @@ class Placer:
                 raise
             self.expect.sent(Write.CREATE, alloc.key)
         log.info("pod %s placed on %s: vNPU %s", _key(pod), result.node, result.visible_devices)
+        await self.preemption.release_claim(pod, state)

@@ -42,6 +42,14 @@ class PodState:
     unservable: set[str] = field(default_factory=set)
     # Hand edits of the pod already reported.
     hand_edits: set[str] = field(default_factory=set)
+    # Preemption: uid -> namespace/name of the pods a PodDisruptionBudget
+    # kept it from evicting, how many times in a row it was refused, and the
+    # clock before which it does not try again.
+    protected: dict[str, str] = field(default_factory=dict)
+    preempt_refusals: int = 0
+    preempt_not_before: float = 0.0
+    # The node this operator last wrote as the pod's status.nominatedNodeName.
+    nominated: str = ""
 
     @property
     def told(self) -> bool:

@@ -73,6 +73,8 @@ def operator_metrics() -> OperatorMetrics:
     metrics.admission_requests.labels("mutate", "denied").inc()
     metrics.admission_denials.labels("mutate", "over-quota").inc()
     metrics.admission_duration.labels("mutate").observe(0.002)
+    metrics.preemption_attempts.labels("evicted").inc()
+    metrics.preemption_victims.inc()
     return metrics
 
 

@@ -1,0 +1,328 @@
+"""Preemption, the controller's side: when a waiting pod may evict others,
+the evictions, the claim on the node, and what everyone is told.
+
+Only with `--preemption`. The placer calls `after_nofit` when a pod did not
+fit; the plan is placement.preemption's. Its victims are first evicted as a
+dry run, all of them, so that a PodDisruptionBudget refusing one means none
+is evicted; then the claim is booked in the ledger and written to the pod as
+`status.nominatedNodeName` (what a restarted operator rebuilds it from,
+`restore`), and only then are the victims evicted for real.
+
+The claim holds while something on its node is still releasing: one of its
+victims still holds vNPUs there, or a pod there is terminating (after a
+restart the claim knows no victims, but their deletion is in the objects).
+If the pod still does not fit once nothing is releasing, the claim is stale:
+it is dropped and the pod plans again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from vnpu_common import names
+from vnpu_operator.config import OperatorSettings
+from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.lifecycle import is_deleting, is_gated, is_terminal
+from vnpu_operator.metrics import OperatorMetrics
+from vnpu_operator.notices import Notices
+from vnpu_operator.placement import InvalidRequestError, Ledger, NoFit, PodRequest
+from vnpu_operator.placement.ledger import Nomination
+from vnpu_operator.placement.preemption import Candidate, Plan, plan, worth_trying
+from vnpu_operator.podstate import PodState
+
+log = logging.getLogger(__name__)
+
+Raw = dict[str, Any]
+
+# A pod a PodDisruptionBudget kept from preempting tries again after this,
+# doubling per refusal in a row (budgets are not watched: a replica becoming
+# ready is seen only by asking again), and whenever capacity changes.
+RETRY_BASE_SECONDS = 5.0
+RETRY_MAX_SECONDS = 300.0
+# Plans checked by a dry run per attempt: each refusal protects one more pod,
+# and the ledger may move while a dry run is on the wire.
+MAX_ROUNDS = 8
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def priority(pod: Mapping[str, Any]) -> int:
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def never_preempts(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("spec") or {}).get("preemptionPolicy") == "Never"
+
+
+def nominated_node(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("nominatedNodeName") or "")
+
+
+class Preemption:
+    def __init__(
+        self,
+        api: OperatorApi,
+        notices: Notices,
+        ledger: Ledger,
+        settings: OperatorSettings,
+        metrics: OperatorMetrics,
+        *,
+        pods: Mapping[str, Raw],
+        allocs: Mapping[str, Raw],
+        kick: Callable[[str], None],
+        grew: Callable[[], None],
+        clock: Callable[[], float],
+    ) -> None:
+        """`pods`, `allocs`: the controller's caches (by uid, by key);
+        `kick`: reconcile a pod; `grew`: capacity may have grown (a claim
+        dropped), so waiting pods are retried."""
+        self.api = api
+        self.notices = notices
+        self.ledger = ledger
+        self.settings = settings
+        self.metrics = metrics
+        self.pods = pods
+        self.allocs = allocs
+        self.kick = kick
+        self.grew = grew
+        self.clock = clock
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.preemption
+
+    # ------------------------------------------------------------ claims
+
+    def restore(self, pod: Raw) -> None:
+        """A pod this operator sees for the first time (after a restart)
+        carrying the claim an earlier run wrote: booked again, before any
+        placement runs. A pod holding allocations was placed: its claim is
+        dropped at its first reconcile (`release_claim`)."""
+        node = nominated_node(pod)
+        if not (self.enabled and node and is_gated(pod)) or is_deleting(pod) or is_terminal(pod):
+            return
+        try:
+            request = PodRequest.from_pod(pod)
+        except InvalidRequestError:
+            return
+        if self.ledger.nomination(request.uid) is None:
+            self.ledger.nominate(request, node)
+            log.info("pod %s: claim on node %s restored", _key(pod), node)
+
+    def forget(self, uid: str) -> None:
+        """Drops the pod's claim, if any; what it held is free to others."""
+        if self.ledger.clear_nomination(uid) is not None:
+            self.grew()
+
+    async def release_claim(self, pod: Raw, state: PodState) -> None:
+        """The pod is placed, given up on or going: no claim any more, and
+        its status no longer names the node. The scheduler nominates only
+        pods it schedules, never gated ones: a gated pod's is ours (maybe
+        from before a restart), an ungated one's only if we wrote it."""
+        uid = str(pod["metadata"].get("uid", ""))
+        ours = self.ledger.nomination(uid) is not None or state.nominated or is_gated(pod)
+        self.forget(uid)
+        if ours and nominated_node(pod) and not is_deleting(pod):
+            await self.api.set_nominated_node(pod, None)
+        state.nominated = ""
+
+    def _releasing(self, node: str) -> set[str]:
+        """Pods whose vNPUs on `node` are on their way out."""
+        out: set[str] = set()
+        for alloc in self.ledger.allocations_on(node):
+            pod = self.pods.get(alloc.pod_uid)
+            obj = self.allocs.get(alloc.key) or {}
+            if (
+                pod is None
+                or is_deleting(pod)
+                or is_terminal(pod)
+                or (obj.get("metadata") or {}).get("deletionTimestamp")
+            ):
+                namespace = alloc.key.partition("/")[0]
+                out.add(_key(pod) if pod is not None else f"{namespace}/{alloc.pod_name}")
+        return out
+
+    def _waiting_on(self, claim: Nomination) -> list[str]:
+        """Whom the claim waits for; empty when it is stale (or its node is
+        not live: nothing will free there until its agent is back)."""
+        inventory = self.ledger.node(claim.node)
+        if inventory is None or not inventory.live:
+            return []
+        waiting = self._releasing(claim.node)
+        for uid in claim.victims:
+            for alloc in self.ledger.allocations_for(uid):
+                pod = self.pods.get(uid)
+                namespace = alloc.key.partition("/")[0]
+                waiting.add(_key(pod) if pod is not None else f"{namespace}/{alloc.pod_name}")
+        return sorted(waiting)
+
+    # ------------------------------------------------------------ preempting
+
+    async def after_nofit(
+        self, pod: Raw, state: PodState, request: PodRequest, nofit: NoFit
+    ) -> bool:
+        """The pod did not fit. True when it was told why it waits here
+        (preempting, or kept from it by a budget), False when the plain
+        waiting notice applies."""
+        if not self.enabled:
+            return False
+        claim = self.ledger.nomination(request.uid)
+        if claim is not None:
+            waiting_on = self._waiting_on(claim)
+            if waiting_on:
+                await self.notices.tell(
+                    pod, state, names.REASON_PREEMPTING,
+                    f"waiting on node {claim.node} for preempted pod(s) "
+                    f"{', '.join(waiting_on)} to release their vNPUs",
+                    condition=True, event_key=claim.node,
+                )  # fmt: skip
+                return True
+            log.info("pod %s: claim on node %s is stale; planning again", request.key, claim.node)
+            self.forget(request.uid)
+        holds = bool(self.ledger.allocations_for(request.uid))
+        if never_preempts(pod) or holds or not worth_trying(nofit):
+            await self._unclaimed(pod, state)
+            return False
+        if self.clock() < state.preempt_not_before:
+            return bool(state.protected)
+        state.protected.clear()
+        chosen = await self._checked_plan(request, state)
+        if chosen is None:
+            if state.protected:
+                await self._blocked(pod, state, nofit)
+                return True
+            state.preempt_refusals = 0
+            await self._unclaimed(pod, state)
+            return False
+        return await self._preempt(pod, state, request, nofit, chosen)
+
+    def _candidates(self) -> dict[str, Candidate]:
+        """Every pod holding vNPUs; one the cache no longer has is going."""
+        out: dict[str, Candidate] = {}
+        for alloc in self.ledger.allocations():
+            if alloc.pod_uid in out:
+                continue
+            pod = self.pods.get(alloc.pod_uid)
+            if pod is None:
+                out[alloc.pod_uid] = Candidate(alloc.pod_uid, alloc.key, 0, terminating=True)
+                continue
+            going = is_deleting(pod) or is_terminal(pod)
+            out[alloc.pod_uid] = Candidate(alloc.pod_uid, _key(pod), priority(pod), going)
+        return out
+
+    async def _checked_plan(self, request: PodRequest, state: PodState) -> Plan | None:
+        """A plan whose every eviction a dry run allowed, computed anew after
+        the last await, so that the caller books it before anything moves."""
+        checked: Plan | None = None
+        for _ in range(MAX_ROUNDS):
+            found = plan(
+                self.ledger, request, self._candidates(), self.settings.placement_policy,
+                protected=state.protected, avoid=state.avoid,
+            )  # fmt: skip
+            if found is None or found == checked:
+                return found
+            refused = await self._dry_run(found)
+            state.protected.update(refused)
+            checked = None if refused else found
+        return None
+
+    async def _dry_run(self, chosen: Plan) -> dict[str, str]:
+        """uid -> why, for each victim a PodDisruptionBudget would not let go."""
+        refused: dict[str, str] = {}
+        for victim in chosen.victims:
+            pod = self.pods.get(victim.uid)
+            if pod is None:
+                continue
+            why = await self.api.evict_pod(pod, dry_run=True)
+            if why is not None:
+                refused[victim.uid] = f"{victim.key} ({why})"
+        return refused
+
+    async def _preempt(
+        self, pod: Raw, state: PodState, request: PodRequest, nofit: NoFit, chosen: Plan
+    ) -> bool:
+        node = chosen.node
+        # Claimed before the first eviction, and written where a restarted
+        # operator finds it: the capacity freed is never up for grabs.
+        self.ledger.nominate(request, node, {v.uid for v in chosen.victims})
+        try:
+            await self.api.set_nominated_node(pod, node)
+        except Exception:
+            self.forget(request.uid)
+            raise
+        state.nominated = node
+        evicted: list[Candidate] = []
+        failure: Exception | None = None
+        for victim in chosen.victims:
+            target = self.pods.get(victim.uid)
+            if target is None:
+                evicted.append(victim)  # gone already: its vNPUs are being released
+                continue
+            try:
+                why = await self.api.evict_pod(target)
+            except Exception as exc:
+                failure = failure or exc
+                continue
+            if why is not None:
+                # Allowed by the dry run a moment ago, refused now.
+                state.protected[victim.uid] = f"{victim.key} ({why})"
+                continue
+            evicted.append(victim)
+            self.metrics.preemption_victims.inc()
+            await self.notices.preempted(target, request.key, request.priority, node)
+        if evicted:
+            self.ledger.nominate(request, node, {v.uid for v in evicted})
+            state.preempt_refusals = 0
+            state.preempt_not_before = 0.0
+            who = ", ".join(v.key for v in evicted)
+            log.info("pod %s: preempted %s on node %s", request.key, who, node)
+            self.metrics.preemption_attempts.labels("evicted").inc()
+            await self.notices.tell(
+                pod, state, names.REASON_PREEMPTING,
+                f"preempted {who} (priority below {request.priority}) on node {node}; "
+                "waiting there for their vNPUs to be released",
+                condition=True, event_key=node,
+            )  # fmt: skip
+        else:
+            await self.release_claim(pod, state)
+            if state.protected:
+                await self._blocked(pod, state, nofit)
+        if failure is not None:
+            self.metrics.preemption_attempts.labels("failed").inc()
+            raise failure
+        return bool(evicted or state.protected)
+
+    async def _blocked(self, pod: Raw, state: PodState, nofit: NoFit) -> None:
+        state.preempt_refusals += 1
+        delay = min(RETRY_BASE_SECONDS * 2 ** (state.preempt_refusals - 1), RETRY_MAX_SECONDS)
+        state.preempt_not_before = self.clock() + delay
+        uid = str(pod["metadata"].get("uid", ""))
+        # No loop: a test driving the controller by hand; nothing to schedule.
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().call_later(delay, self.kick, uid)
+        self.metrics.preemption_attempts.labels("blocked").inc()
+        protected = "; ".join(state.protected[u] for u in sorted(state.protected))
+        await self._unclaimed(pod, state)
+        await self.notices.tell(
+            pod, state, names.REASON_PREEMPTION_BLOCKED,
+            f"{nofit.message}; preemption would evict {protected}: a PodDisruptionBudget "
+            f"forbids it; trying again in {delay:.0f}s or when capacity changes",
+            condition=True, warning=True, event_key=",".join(sorted(state.protected)),
+        )  # fmt: skip
+
+    async def _unclaimed(self, pod: Raw, state: PodState) -> None:
+        """No claim: a status that still names a node (ours, from before a
+        restart or a stale claim) is cleared."""
+        if self.ledger.nomination(str(pod["metadata"].get("uid", ""))) is None and (
+            state.nominated or nominated_node(pod)
+        ):
+            await self.api.set_nominated_node(pod, None)
+            state.nominated = ""
