@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from vnpu_common.api.models import TemplateResources
 from vnpu_operator.placement.capacity import (
     ChipCapacity,
+    ChipState,
     NodeState,
     build_node_state,
     chip_obstacle,
@@ -41,6 +42,7 @@ from vnpu_operator.placement.model import (
 )
 from vnpu_operator.placement.reasons import NoFit, Reason
 from vnpu_operator.placement.request import PodRequest
+from vnpu_operator.placement.scoring import Rank, Scorer
 from vnpu_operator.placement.selectors import (
     node_selector_matches,
     node_selector_terms_match,
@@ -63,6 +65,8 @@ class Ledger:
         # Moves whenever the set of offered (chip model, template) pairs may
         # have changed; most inventory updates change capacity, not the offer.
         self.catalog_epoch = 0
+        # Chip model -> its largest offered template, as of the catalog.
+        self._largest: dict[str, str] = {}
         # node -> (template, chip model, count, policy) -> what _fit_node said.
         # A node's answer only changes when the node does (inventory,
         # liveness, an allocation on it) or the catalog does, so a stream of
@@ -135,6 +139,7 @@ class Ledger:
                 for template in chip.templates:
                     catalog.setdefault((chip.model, template.name), template)
         self._catalog = catalog
+        self._largest = largest_templates(catalog)
         self._fits.clear()
         self.catalog_epoch += 1
 
@@ -248,6 +253,12 @@ class Ledger:
         destroyed = self._destroyed.get(inventory.name, {})
         return build_node_state(inventory, allocs, self._catalog, destroyed)
 
+    def node_state(self, name: str) -> NodeState | None:
+        """A fresh working copy of one node's capacity, as placement sees it;
+        changing it changes nothing here (the defrag advisor measures with it)."""
+        inventory = self._nodes.get(name)
+        return None if inventory is None else self._state(inventory)
+
     def capacity(self, node: str | None = None) -> list[ChipCapacity]:
         """Per-chip total/used/free, for metrics; one node or all."""
         names = [node] if node is not None else sorted(self._nodes)
@@ -310,7 +321,7 @@ class Ledger:
 
         need = request.count - len(existing)
         reasons: dict[str, Reason] = {}
-        best: tuple[float, str, list[tuple[int, int]]] | None = None
+        best: tuple[Rank, str, list[tuple[int, int]]] | None = None
         for name in candidates:
             inventory = self._nodes.get(name)
             if inventory is None:
@@ -327,10 +338,9 @@ class Ledger:
             if isinstance(outcome, Reason):
                 reasons[name] = outcome
                 continue
-            slots, score = outcome
-            # Binpack prefers the fullest node after booking, spread the
-            # emptiest; the name breaks ties so results are reproducible.
-            rank = -score if policy is Policy.BINPACK else score
+            # The policy's rank (placement.scoring); the name breaks ties so
+            # results are reproducible.
+            slots, rank = outcome
             if best is None or (rank, name) < (best[0], best[1]):
                 best = (rank, name, slots)
         if best is None:
@@ -347,7 +357,7 @@ class Ledger:
         if outcome is None:
             state = self._state(inventory)
             outcome = fits[key] = hold(state, held, policy) or _fit_node(
-                state, request, need, policy
+                state, request, need, policy, self._largest
             )
         return outcome
 
@@ -452,7 +462,7 @@ def hold(state: NodeState, held: Iterable[PodRequest], policy: Policy) -> Reason
     return None
 
 
-_Fit = tuple[list[tuple[int, int]], float] | Reason
+_Fit = tuple[list[tuple[int, int]], Rank] | Reason
 
 
 def _offer(inventory: NodeInventory) -> list[tuple[str, list[TemplateResources]]]:
@@ -477,11 +487,16 @@ def _node_filter(inventory: NodeInventory, request: PodRequest) -> Reason | None
 
 
 def _fit_node(
-    state: NodeState, request: PodRequest, need: int, policy: Policy
-) -> tuple[list[tuple[int, int]], float] | Reason:
+    state: NodeState,
+    request: PodRequest,
+    need: int,
+    policy: Policy,
+    largest: Mapping[str, str] | None = None,
+) -> _Fit:
     """Books `need` vNPUs into the working copy `state`, one at a time so
     that each choice sees the previous ones; returns (chip, id) slots and
-    the node's usage afterwards, or why the next vNPU did not fit."""
+    the node's rank under `policy` afterwards, or why the next vNPU did not
+    fit. `largest`: chip model -> largest template, which bestfit keeps room for."""
 
     def obstacle(index: int) -> Reason | None:
         return chip_obstacle(
@@ -489,18 +504,19 @@ def _fit_node(
         )
 
     obstacles = {index: obstacle(index) for index in sorted(state.chips)}
-    sign = -1.0 if policy is Policy.BINPACK else 1.0
+    scorer = Scorer(policy, state, largest or {})
     slots: list[tuple[int, int]] = []
     for _ in range(need):
         fits = [index for index, reason in obstacles.items() if reason is None]
         if not fits:
             return max((r for r in obstacles.values() if r is not None), key=lambda r: r.rank)
-        index = min(fits, key=lambda i: (sign * state.chips[i].usage(), i))
+        size = {i: _size(state.chips[i], request.template) for i in fits}
+        index = min(fits, key=lambda i: scorer.chip_rank(i, size[i]))
         chip = state.chips[index]
         vnpu_id = free_vnpu_id(chip.chip, state.used_ids)
-        offered = next(t for t in chip.chip.templates if t.name == request.template)
         assert vnpu_id is not None  # chip_obstacle checked it
-        chip.book(Resources.of_template(offered))
+        scorer.booking(index, size[index])
+        chip.book(size[index])
         state.used_ids.add(vnpu_id)
         slots.append((index, vnpu_id))
         # Only the booked chip changed, and any chip whose id range holds the
@@ -509,4 +525,9 @@ def _fit_node(
             lo, hi = other_state.chip.vnpu_id_min, other_state.chip.vnpu_id_max
             if other == index or lo <= vnpu_id <= hi:
                 obstacles[other] = obstacle(other)
-    return slots, state.usage()
+    return slots, scorer.node_rank()
+
+
+def _size(chip: ChipState, template: str) -> Resources:
+    """What a vNPU of `template` takes on a chip that offers it."""
+    return Resources.of_template(next(t for t in chip.chip.templates if t.name == template))

@@ -25,8 +25,14 @@ from vnpu_operator.placement.selectors import SelectorError, Taint, compile_tain
 
 
 class Policy(StrEnum):
+    """How placement ranks the chips and nodes a request fits on
+    (placement.scoring says how each does)."""
+
     BINPACK = "binpack"
     SPREAD = "spread"
+    BESTFIT = "bestfit"
+    # The placement-quality benchmark's baseline; --policy does not offer it.
+    FIRSTFIT = "firstfit"
 
 
 @dataclass(frozen=True)
