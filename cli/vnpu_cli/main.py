@@ -1,5 +1,5 @@
 """`kubectl vnpu` (the executable `kubectl-vnpu` on PATH): argument parsing,
-the three read-only commands and cordon/uncordon. Exit 0 with the report, 1 with
+the read-only commands (status, why, usage, defrag) and cordon/uncordon. Exit 0 with the report, 1 with
 `error: ...` on stderr when the cluster, the pod or the request is not
 there, 2 for a malformed command line."""
 
@@ -16,11 +16,14 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_cli import cordon, kube, status, usage, why
+from vnpu_cli import cordon, defrag, kube, status, usage, why
 from vnpu_cli.errors import CliError
 from vnpu_cli.snapshot import Snapshot
 from vnpu_common import __version__, names
 from vnpu_common.rawcall import describe
+from vnpu_operator.config import OperatorSettings
+from vnpu_operator.placement import Policy
+from vnpu_operator.placement.defrag import DEFAULT_MAX_MOVES
 
 DEFAULT_AGENT_NAMESPACE = "vnpu-system"
 
@@ -45,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl vnpu",
         description="vNPUs at a glance: capacity per chip, why a pod waits, use per "
-        "namespace; cordon and uncordon a chip.",
+        "namespace, which pods to reschedule to defragment; cordon and uncordon a chip.",
         parents=[common],
         allow_abbrev=False,
     )
@@ -70,6 +73,31 @@ def _parser() -> argparse.ArgumentParser:
     scope = usage_cmd.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="one namespace (default: all)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    defrag_cmd = commands.add_parser(
+        "defrag",
+        parents=[common],
+        help="which running vNPU pods, rescheduled, would gather scattered free capacity "
+        "onto whole chips, and how many more of the largest template would then fit; "
+        "it evicts nothing",
+        description="Suggests which running vNPU pods to reschedule (delete and create "
+        "again) so that scattered free capacity becomes whole free chips, and how many "
+        "more of the largest template would then fit. It only reads: nothing is evicted, "
+        "cordoned or moved.",
+    )
+    defrag_cmd.add_argument(
+        "--max-moves",
+        type=_positive,
+        default=DEFAULT_MAX_MOVES,
+        help=f"most pods to reschedule in all (default {DEFAULT_MAX_MOVES})",
+    )
+    defrag_cmd.add_argument("--node", help="only empty chips of this node (default: any)")
+    defrag_cmd.add_argument(
+        "--policy",
+        choices=[str(p) for p in Policy],
+        default=DEFAULT_POLICY,
+        help="the operator's placement policy (its --policy, chart value operator.policy; "
+        f"default {DEFAULT_POLICY})",
+    )
     cordon_cmd = commands.add_parser(
         "cordon",
         parents=[common],
@@ -86,6 +114,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 _AGENT_NS_ENV = "VNPU_AGENT_NAMESPACE"
+# The operator's own default, so the plugin simulates what an unconfigured operator runs.
+DEFAULT_POLICY = str(OperatorSettings.model_fields["policy"].default)
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
@@ -105,6 +145,11 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             namespace = getattr(args, "namespace", None)
             snapshot = await _snapshot(conn, agent_ns, pods_of=namespace or "")
             return usage.build(snapshot, namespace)
+        if args.command == "defrag":
+            snapshot = await _snapshot(conn, agent_ns, pods_of="")
+            return defrag.build(
+                snapshot, policy=Policy(args.policy), max_moves=args.max_moves, node=args.node
+            )
         if args.command in ("cordon", "uncordon"):
             reason = args.reason if args.command == "cordon" else None
             return await _cordon(conn, args.node, args.chip, reason)
@@ -164,9 +209,14 @@ async def _snapshot(
 def render(command: str, report: dict[str, Any], output: str) -> str:
     if output == "json":
         return json.dumps(report, indent=2, sort_keys=True) + "\n"
-    module = {"status": status, "why": why, "usage": usage, "cordon": cordon, "uncordon": cordon}[
-        command
-    ]
+    module = {
+        "status": status,
+        "why": why,
+        "usage": usage,
+        "defrag": defrag,
+        "cordon": cordon,
+        "uncordon": cordon,
+    }[command]
     text: str = module.text(report)
     return text
 

@@ -97,3 +97,35 @@ def pin_patch(
         narrowed.append(term)
     ops.append({"op": "replace", "path": f"{path}/nodeSelectorTerms", "value": narrowed})
     return ops
+
+
+def unpinned(pod: Mapping[str, Any], node: str, node_labels: Mapping[str, str]) -> dict[str, Any]:
+    """The pod as it asked to be scheduled, without the pin to `node` that
+    `pin_patch` added (its exact-node term, or the hostname expression
+    appended to each of its terms): where else it could run if created
+    again. A pod still gated was never pinned; a pod pinned otherwise is
+    returned as it is, which keeps it on its node."""
+    out = copy.deepcopy(dict(pod))
+    spec = out.get("spec") or {}
+    gates = spec.get("schedulingGates") or []
+    if any(g.get("name") == names.SCHEDULING_GATE for g in gates):
+        return out
+    required_key = "requiredDuringSchedulingIgnoredDuringExecution"
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    terms = (node_affinity.get(required_key) or {}).get("nodeSelectorTerms") or []
+    exact = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    if terms == exact:
+        del node_affinity[required_key]
+        if not node_affinity:
+            del spec["affinity"]["nodeAffinity"]
+        if not spec["affinity"]:
+            del spec["affinity"]
+        return out
+    hostname = node_labels.get(HOSTNAME_LABEL)
+    pin = {"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}
+    if terms and hostname and all((t.get("matchExpressions") or [])[-1:] == [pin] for t in terms):
+        for term in terms:
+            term["matchExpressions"].pop()
+            if not term["matchExpressions"]:
+                del term["matchExpressions"]
+    return out
