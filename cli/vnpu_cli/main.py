@@ -1,7 +1,7 @@
 """`kubectl vnpu` (the executable `kubectl-vnpu` on PATH): argument parsing,
-the read-only commands (status, why, usage, defrag) and cordon/uncordon. Exit 0 with the report, 1 with
-`error: ...` on stderr when the cluster, the pod or the request is not
-there, 2 for a malformed command line."""
+the read-only commands (status, why, usage, defrag) and cordon/uncordon.
+Exit 0 with the report, 1 with `error: ...` on stderr when the cluster, the
+pod or the request is not there, 2 for a malformed command line."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -21,7 +21,7 @@ from vnpu_cli.errors import CliError
 from vnpu_cli.snapshot import Snapshot
 from vnpu_common import __version__, names
 from vnpu_common.rawcall import describe
-from vnpu_operator.config import OperatorSettings
+from vnpu_operator.config import OperatorSettings, PolicyName
 from vnpu_operator.placement import Policy
 from vnpu_operator.placement.defrag import DEFAULT_MAX_MOVES
 
@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     defrag_cmd.add_argument("--node", help="only empty chips of this node (default: any)")
     defrag_cmd.add_argument(
         "--policy",
-        choices=[str(p) for p in Policy],
+        choices=get_args(PolicyName),
         default=DEFAULT_POLICY,
         help="the operator's placement policy (its --policy, chart value operator.policy; "
         f"default {DEFAULT_POLICY})",
