@@ -156,6 +156,7 @@ class Controller:
                 capacity=self.ledger.capacity,
                 waiting=self.waiting_pods,
                 live_nodes=self.inventories.live,
+                fragmentation=self.ledger.fragmentation,
             )
         )
 

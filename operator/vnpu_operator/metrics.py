@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from vnpu_common import names
 from vnpu_common.metrics_registry import MIB, chip_gauge, component_registry
 from vnpu_operator.placement import ChipCapacity
+from vnpu_operator.placement.fragmentation import Fragmentation, total
 
 PREFIX: Final = "vnpu_operator"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
@@ -50,6 +51,8 @@ class StateView:
     capacity: Callable[[], Iterable[ChipCapacity]]
     waiting: Callable[[], Iterable[WaitingPod]]
     live_nodes: Callable[[], Mapping[str, bool]]
+    # Node -> its fragmentation figure (Ledger.fragmentation).
+    fragmentation: Callable[[], Mapping[str, Fragmentation]] = dict
 
 
 class OperatorMetrics:
@@ -165,6 +168,7 @@ class _StateCollector(Collector):
         yield self._allocations()
         yield from self._chips()
         yield from self._waiting()
+        yield from self._fragmentation()
         live = GaugeMetricFamily(
             f"{PREFIX}_node_live",
             "1 if the node's agent Lease is valid and the Node exists.",
@@ -232,6 +236,50 @@ class _StateCollector(Collector):
             vnpus.add_metric([*labels, "undeclared"], chip.orphans)
         yield from (aicore_cap, aicore_used, memory_cap, memory_used, aicpu_cap, aicpu_used)
         yield from (vnpu_cap, vnpus, unavailable)
+
+    def _fragmentation(self) -> Iterator[Metric]:
+        largest = "the largest template each chip model offers"
+        ratio = GaugeMetricFamily(
+            f"{PREFIX}_node_fragmentation_ratio",
+            f"How much of what the node's free capacity would take of {largest}, were it "
+            "gathered on whole chips, scattering loses: 0 none, 1 all.",
+            labels=["node"],
+        )
+        fits = GaugeMetricFamily(
+            f"{PREFIX}_largest_template_fits",
+            f"More vNPUs of {largest} that fit on the node now, summed over its chip models.",
+            labels=["node"],
+        )
+        gathered = GaugeMetricFamily(
+            f"{PREFIX}_largest_template_fits_gathered",
+            f"More vNPUs of {largest} that would fit were the node's free capacity gathered "
+            "on whole chips.",
+            labels=["node"],
+        )
+        free = GaugeMetricFamily(
+            f"{PREFIX}_node_free_aicore",
+            "AI Cores free on the node's healthy, uncordoned chips.",
+            labels=["node"],
+        )
+        usable = GaugeMetricFamily(
+            f"{PREFIX}_node_largest_template_aicore",
+            f"Of the free AI Cores, those the vNPUs of {largest} that fit now would take.",
+            labels=["node"],
+        )
+        cluster = GaugeMetricFamily(
+            f"{PREFIX}_cluster_fragmentation_ratio",
+            "node_fragmentation_ratio over every node's free capacity together "
+            "(a pod never spans nodes, so each node is gathered on its own).",
+        )
+        figures = self._view.fragmentation()
+        for node, figure in sorted(figures.items()):
+            ratio.add_metric([node], round(figure.ratio, 4))
+            fits.add_metric([node], figure.largest_fits)
+            gathered.add_metric([node], figure.ideal_fits)
+            free.add_metric([node], figure.free_aicore)
+            usable.add_metric([node], figure.usable_aicore)
+        cluster.add_metric([], round(total(figures.values()).ratio, 4))
+        yield from (ratio, fits, gathered, free, usable, cluster)
 
     def _waiting(self) -> Iterator[Metric]:
         count = GaugeMetricFamily(

@@ -24,6 +24,7 @@ from vnpu_agent.metrics import AgentMetrics
 from vnpu_common import __version__
 from vnpu_operator.metrics import OperatorMetrics, StateView, WaitingPod
 from vnpu_operator.placement import ChipCapacity, Resources
+from vnpu_operator.placement.fragmentation import Fragmentation
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
@@ -62,6 +63,7 @@ def operator_metrics() -> OperatorMetrics:
             capacity=lambda: [_capacity()],
             waiting=lambda: [WaitingPod("ml", "wait", "insufficient-aicore", 30.0)],
             live_nodes=lambda: {"n1": True, "n2": False},
+            fragmentation=lambda: {"n1": Fragmentation(15, 10, 1, 1)},
         )
     )
     metrics.watch_certificate(lambda: 1_900_000_000.0)
