@@ -130,7 +130,8 @@ class Preemption:
         uid = str(pod["metadata"].get("uid", ""))
         ours = self.ledger.nomination(uid) is not None or state.nominated or is_gated(pod)
         self.forget(uid)
-        if ours and nominated_node(pod) and not is_deleting(pod):
+        # What we wrote may not have reached the cache yet: state.nominated says.
+        if ours and (nominated_node(pod) or state.nominated) and not is_deleting(pod):
             await self.api.set_nominated_node(pod, None)
         state.nominated = ""
 

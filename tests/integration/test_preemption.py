@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from chart_harness import template
 from operator_harness import Stack, get_json, pod_allocations
 from test_cordon import running, waiting
 
@@ -32,6 +33,7 @@ from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_common import names
+from vnpu_operator.config import OperatorSettings
 
 pytestmark = pytest.mark.plane
 
@@ -342,3 +344,25 @@ def test_the_watch_of_a_preempting_pod_shows_its_nominated_node(
     assert all(states[i][0] for i in nominated_at), states
     assert states[-1] == (False, ""), states
     cleanup(plane, namespace)
+
+
+@pytest.mark.parametrize("enabled", [None, "false", "true"])
+def test_the_chart_value_turns_preemption_and_its_eviction_right_on(
+    plane: LocalPlane, enabled: str | None
+) -> None:
+    """Rendered by helm: the operator reads the variable the chart sets, and
+    only an operator that may preempt may create evictions."""
+    values = () if enabled is None else ("--set", f"operator.preemption.enabled={enabled}")
+    rendered = template(plane, "--set", "agent.driver=sim", *values, namespace="vnpu-system")
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    on = enabled == "true"
+    settings = OperatorSettings(preemption=env["VNPU_PREEMPTION"])  # type: ignore[arg-type]
+    assert settings.preemption is on
+    name = deployment["metadata"]["name"]
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name]
+    evict = [r for r in role["rules"] if "pods/eviction" in r.get("resources", [])]
+    assert evict == ([{"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]
+                     if on else [])  # fmt: skip

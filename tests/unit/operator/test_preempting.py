@@ -1,0 +1,222 @@
+"""The controller's side of preemption, with a fake API: the order of its
+writes (dry runs, the claim, the evictions, what everyone is told), budget
+refusals and their backoff, and a claim rebuilt after a restart."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from test_controller import FakeApi, World, pod
+
+from vnpu_common import names
+from vnpu_operator.config import OperatorSettings
+from vnpu_operator.controller import Controller
+from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.metrics import OperatorMetrics
+from vnpu_operator.placement import Reason
+
+BUDGET = "Cannot evict pod as it would violate the pod's disruption budget"
+
+
+class EvictingApi(FakeApi):
+    def __init__(self) -> None:
+        super().__init__()
+        # pod name -> what a budget says, on dry runs and real evictions alike
+        # (`refuse`) or on real ones only (`refuse_late`).
+        self.refuse: dict[str, str] = {}
+        self.refuse_late: dict[str, str] = {}
+
+    async def evict_pod(self, target: dict[str, Any], *, dry_run: bool = False) -> str | None:
+        name = target["metadata"]["name"]
+        self._record("evict_dry" if dry_run else "evict", name)
+        return self.refuse.get(name) or (None if dry_run else self.refuse_late.get(name))
+
+    async def patch_node_status(self, name: str, patch: dict[str, Any]) -> None:
+        self._record("patch_node_status", name)
+
+    async def set_nominated_node(self, target: dict[str, Any], node: str | None) -> None:
+        self._record("nominate", (target["metadata"]["name"], node))
+
+
+class Cluster(World):
+    """One node of one 910B3 chip (four vNPUs of the default template)."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.api = EvictingApi()
+        self.now = self.clock = 1000.0
+        self.controller = Controller(
+            cast(OperatorApi, self.api),
+            OperatorSettings(**{"preemption": True, **settings}),
+            OperatorMetrics(),
+            clock=lambda: self.clock,
+            wall=lambda: self.now,
+        )
+        self.add_node("n1")
+
+    async def fill(self) -> None:
+        """Four running pods of priority 0: low0..low3."""
+        self.controller.mark_synced()
+        for i in range(4):
+            self.controller.pod_event("ADDED", prio(pod(f"low{i}", f"l{i}"), 0))
+        await self.settle()
+        self.echo_created(names.PHASE_READY)
+        await self.settle()
+        for i in range(4):
+            self.controller.pod_event("MODIFIED", started(pod(f"low{i}", f"l{i}")))
+        await self.settle()
+        self.api.calls.clear()
+
+    async def high(self, **spec: Any) -> None:
+        self.controller.pod_event("ADDED", prio(pod("high", "h"), 1000, **spec))
+        await self.settle()
+
+    def calls(self) -> list[tuple[str, Any]]:
+        """What was written, without the Nodes' advertised totals."""
+        return [
+            (n, a[1] if n == "set_pod_condition" else a[0] if n == "event" else a)
+            for n, a in self.api.calls
+            if n != "patch_node_status"
+        ]
+
+
+def prio(p: dict[str, Any], priority: int, **spec: Any) -> dict[str, Any]:
+    p["spec"].update(priority=priority, **spec)
+    return p
+
+
+def started(p: dict[str, Any]) -> dict[str, Any]:
+    p["spec"].pop("schedulingGates")
+    p["spec"]["nodeName"] = "n1"
+    p["spec"]["priority"] = 0
+    p["metadata"]["annotations"][names.ANN_VISIBLE_DEVICES] = "100"
+    p["status"] = {"phase": "Running"}
+    return p
+
+
+async def test_dry_runs_then_the_claim_then_the_eviction_then_the_words() -> None:
+    w = Cluster()
+    await w.fill()
+    await w.high()
+    assert w.calls() == [
+        ("evict_dry", "low3"),
+        ("nominate", ("high", "n1")),
+        ("evict", "low3"),
+        ("event", names.REASON_PREEMPTED),
+        ("set_pod_condition", names.REASON_PREEMPTING),
+        ("event", names.REASON_PREEMPTING),
+    ]
+    claim = w.controller.ledger.nomination("h")
+    assert claim is not None
+    assert (claim.node, claim.victims) == ("n1", frozenset({"l3"}))
+    # Told again (its own events, capacity changes): no second eviction.
+    w.controller.pod_event("MODIFIED", prio(pod("high", "h"), 1000))
+    await w.settle()
+    assert [n for n, _ in w.calls()].count("evict") == 1
+
+    # A third pod of low priority waits behind the claim.
+    w.controller.pod_event("ADDED", prio(pod("third", "t"), 0))
+    await w.settle()
+    (*_, (_, reason, message)) = w.api.of("set_pod_condition")
+    assert reason == names.REASON_WAITING
+    assert Reason.NOMINATED.label in message
+
+    # The victim's vNPU goes: the preemptor is placed, its claim and status cleared.
+    w.controller.pod_event("MODIFIED", {**started(pod("low3", "l3")), "metadata": {
+        **pod("low3", "l3")["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z",
+        "deletionGracePeriodSeconds": 0}})  # fmt: skip
+    await w.settle()
+    (key,) = w.controller.allocs_by_pod["l3"]
+    victim_alloc = w.controller.allocs[key]
+    w.controller.allocation_gone({**victim_alloc, "metadata": {
+        **victim_alloc["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}})  # fmt: skip
+    await w.settle()
+    assert w.created()[-1]["spec"]["podUID"] == "h"
+    assert w.controller.ledger.nominations() == {}
+    assert ("nominate", ("high", None)) in w.calls()
+    assert not any(b["spec"]["podUID"] == "t" for b in w.created())
+
+
+async def test_a_refused_victim_makes_the_next_plan_and_all_refused_evicts_nobody() -> None:
+    w = Cluster()
+    await w.fill()
+    w.api.refuse = {"low3": BUDGET}
+    await w.high()
+    assert [c for c in w.calls() if c[0].startswith("evict")] == [
+        ("evict_dry", "low3"),
+        ("evict_dry", "low2"),
+        ("evict", "low2"),
+    ]
+
+    w = Cluster()
+    await w.fill()
+    w.api.refuse = {f"low{i}": BUDGET for i in range(4)}
+    await w.high()
+    assert [n for n, _ in w.calls()] == [
+        *["evict_dry"] * 4,
+        "set_pod_condition",
+        "event",
+    ]
+    (_, reason, message) = w.api.of("set_pod_condition")[-1]
+    assert reason == names.REASON_PREEMPTION_BLOCKED
+    assert "preemption would evict ns/low0 (Cannot evict pod" in message
+    assert "trying again in 5s" in message
+    assert w.controller.ledger.nominations() == {}
+
+    # Within the backoff nothing is asked again, whatever happens to the pod.
+    w.api.calls.clear()
+    w.controller.pod_event("MODIFIED", prio(pod("high", "h"), 1000))
+    await w.settle()
+    assert w.api.calls == []
+    # After it: asked again; refused again, the next wait is twice as long.
+    w.clock += 5
+    w.controller.kick("h")
+    await w.settle()
+    assert [n for n, _ in w.calls()].count("evict_dry") == 4
+    assert "trying again in 10s" in w.api.of("set_pod_condition")[-1][2]
+    # The budget lets go: the next try evicts.
+    w.api.refuse.clear()
+    w.clock += 10
+    w.controller.kick("h")
+    await w.settle()
+    assert ("evict", "low3") in w.calls()
+    assert w.controller.ledger.nomination("h") is not None
+
+
+async def test_a_refusal_after_the_dry_run_drops_the_claim() -> None:
+    w = Cluster()
+    await w.fill()
+    w.api.refuse_late = {"low3": BUDGET}
+    await w.high()
+    names_ = [n for n, _ in w.calls()]
+    assert names_[:3] == ["evict_dry", "nominate", "evict"]
+    assert ("nominate", ("high", None)) in w.calls()
+    assert w.controller.ledger.nominations() == {}
+    assert w.api.of("set_pod_condition")[-1][1] == names.REASON_PREEMPTION_BLOCKED
+
+
+async def test_never_equal_priority_and_off_evict_nobody() -> None:
+    for settings, spec, priority in (
+        ({}, {"preemptionPolicy": "Never"}, 1000),
+        ({}, {}, 0),
+        ({"preemption": False}, {}, 1000),
+    ):
+        w = Cluster(**settings)
+        await w.fill()
+        w.controller.pod_event("ADDED", prio(pod("high", "h"), priority, **spec))
+        await w.settle()
+        assert [n for n, _ in w.calls()] == ["set_pod_condition", "event"], settings
+        assert w.api.of("set_pod_condition")[0][1] == names.REASON_WAITING
+
+
+async def test_a_claim_written_by_an_earlier_run_is_restored_before_placing() -> None:
+    w = Cluster()
+    waiting = prio(pod("high", "h"), 1000)
+    waiting["status"]["nominatedNodeName"] = "n1"
+    w.controller.pod_event("ADDED", waiting)  # the listing after a restart
+    claim = w.controller.ledger.nomination("h")
+    assert claim is not None
+    assert claim.node == "n1"
+    # With preemption off, a leftover status claims nothing.
+    w2 = Cluster(preemption=False)
+    w2.controller.pod_event("ADDED", waiting)
+    assert w2.controller.ledger.nominations() == {}
