@@ -166,10 +166,10 @@ def text(report: dict[str, Any]) -> str:
         ["STEP", "EMPTIES", "POD", "REQUEST", "FROM", "TO", "WHOLE-CHIPS", "LARGEST"], rows
     )
     out += (
-        "\nTo apply a step: kubectl vnpu cordon NODE CHIP --reason "
-        f'"{CORDON_REASON}" for the chip it empties; delete its pods in the order listed, '
-        "creating each again (a controller does so itself) and waiting until it is placed; "
-        "after the last step, uncordon those chips.\n"
+        f"\nTo apply a step: kubectl vnpu cordon NODE CHIP --reason {CORDON_REASON} for the\n"
+        "chip it empties; delete its pods in the order listed and create each again (a\n"
+        "controller does that itself), waiting until each is placed; after the last step,\n"
+        "kubectl vnpu uncordon those chips.\n"
     )
     return out
 

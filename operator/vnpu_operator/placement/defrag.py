@@ -26,9 +26,9 @@ from vnpu_operator.placement.ledger import Ledger
 from vnpu_operator.placement.model import Allocation, Placement, Policy, Resources
 from vnpu_operator.placement.request import PodRequest
 
-# The cordon reason the simulation puts on a chip it empties; it never
-# reaches the cluster.
-CORDON_REASON = "defrag: being emptied"
+# The cordon reason the simulation puts on a chip it empties, and the one
+# the plugin tells an admin to use when applying a step.
+CORDON_REASON = "defrag"
 DEFAULT_MAX_MOVES = 10
 # Chips tried at most (each trial places its pods on the whole cluster).
 MAX_TRIALS = 300
