@@ -1,6 +1,8 @@
 """`kubectl vnpu status`: every node's chips as the placer sees them (used
-counts declared allocations and orphans, not the driver's lagging `*_free`)
-and every vNPU with its owner."""
+counts declared allocations and orphans, not the driver's lagging `*_free`),
+each node's fragmentation (how many more of the largest templates fit, and
+how many would were its free capacity on whole chips) and every vNPU with
+its owner."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from vnpu_cli.snapshot import Raw, Snapshot, allocation_phase
 from vnpu_cli.table import table, triple
 from vnpu_common.api.models import ChipStatus
 from vnpu_operator.placement import ChipCapacity
+from vnpu_operator.placement.fragmentation import Fragmentation, total
 
 ORPHAN = "orphan"
 
@@ -35,6 +38,7 @@ def build(snapshot: Snapshot) -> dict[str, Any]:
     for a, raw in snapshot.parsed_allocations():
         declared.setdefault((a.node, a.chip), {})[a.vnpu_id] = (a.key, raw)
     raw_nodes = {str((v.get("metadata") or {}).get("name")): v for v in snapshot.vnpunodes}
+    figures = ledger.fragmentation()
     nodes = []
     for name in ledger.node_names():
         inventory = ledger.node(name)
@@ -62,9 +66,24 @@ def build(snapshot: Snapshot) -> dict[str, Any]:
                 "live": inventory.live,
                 "driver": inventory.status.driver,
                 "chips": chips,
+                "fragmentation": _figure(figures[name]),
             }
         )
-    return {"nodes": nodes}
+    return {
+        "nodes": nodes,
+        "largestTemplates": ledger.largest_templates(),
+        "cluster": {"fragmentation": _figure(total(figures.values()))},
+    }
+
+
+def _figure(figure: Fragmentation) -> dict[str, Any]:
+    return {
+        "freeAICore": figure.free_aicore,
+        "largestTemplateAICore": figure.usable_aicore,
+        "largestTemplateFits": figure.largest_fits,
+        "largestTemplateFitsGathered": figure.ideal_fits,
+        "ratio": round(figure.ratio, 2),
+    }
 
 
 def _amounts(used: int, free: int, total: int) -> dict[str, int]:
@@ -108,7 +127,8 @@ def _vnpus(chip: ChipStatus, declared: dict[int, tuple[str, Raw]]) -> list[dict[
 
 
 def text(report: dict[str, Any]) -> str:
-    """Two tables: one row per chip (U/F/T: used/free/total), then one per vNPU."""
+    """Three tables: one row per chip (U/F/T: used/free/total), one per node
+    with its fragmentation and a cluster line, then one per vNPU."""
     if not report["nodes"]:
         return "No VNPUNodes found: no node runs the vnpu agent.\n"
     chip_rows: list[list[object]] = []
@@ -156,6 +176,31 @@ def text(report: dict[str, Any]) -> str:
         ],
         chip_rows,
     )
+    out += "\n" + _fragmentation_text(report)
     if vnpu_rows:
         out += "\n" + table(["NODE", "CHIP", "VNPU", "TEMPLATE", "PHASE", "POD"], vnpu_rows)
     return out
+
+
+def _fragmentation_text(report: dict[str, Any]) -> str:
+    """FITS: more vNPUs of each chip model's largest template that fit now;
+    GATHERED: how many would, were the node's free capacity on whole chips."""
+    rows = [
+        [
+            node["name"],
+            node["fragmentation"]["freeAICore"],
+            node["fragmentation"]["largestTemplateFits"],
+            node["fragmentation"]["largestTemplateFitsGathered"],
+            f"{node['fragmentation']['ratio']:.2f}",
+        ]
+        for node in report["nodes"]
+    ]
+    out = table(["NODE", "FREE-AICORE", "LARGEST-FITS", "GATHERED", "FRAGMENTATION"], rows)
+    cluster = report["cluster"]["fragmentation"]
+    largest = ", ".join(f"{m} {t}" for m, t in sorted(report["largestTemplates"].items()))
+    return out + (
+        f"largest templates: {largest or 'none offered'}\n"
+        f"cluster: {cluster['largestTemplateFits']} more fit, "
+        f"{cluster['largestTemplateFitsGathered']} gathered on whole chips: "
+        f"fragmentation {cluster['ratio']:.2f}\n"
+    )
