@@ -21,7 +21,7 @@ from vnpu_cli.table import table
 from vnpu_operator.lifecycle import is_deleting, is_terminal
 from vnpu_operator.pinning import unpinned
 from vnpu_operator.placement import InvalidRequestError, PodRequest, Policy
-from vnpu_operator.placement.defrag import CORDON_REASON, Plan, plan
+from vnpu_operator.placement.defrag import CORDON_REASON, MAX_TRIALS, Plan, plan
 
 NOTHING_EVICTED = "Nothing was evicted or moved: kubectl vnpu defrag only reads."
 
@@ -104,6 +104,16 @@ def _report(result: Plan, owners: Mapping[str, str | None], max_moves: int) -> d
 
 
 def _summary(result: Plan) -> str:
+    said = _said(result)
+    if result.tried >= MAX_TRIALS:
+        said += (
+            f" The search stopped after trying {result.tried} of {result.candidates} "
+            "chips; run it again after applying, or with --node, to look further."
+        )
+    return said
+
+
+def _said(result: Plan) -> str:
     if result.steps:
         gains = ", ".join(
             f"{model} {result.before.get(model, 0)} -> {result.after[model]} x "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -17,6 +18,7 @@ from vnpu_cli.snapshot import Snapshot
 from vnpu_common import names
 from vnpu_operator.pinning import HOSTNAME_LABEL, pin_patch, unpinned
 from vnpu_operator.placement import Policy
+from vnpu_operator.placement import defrag as defrag_plan
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -168,6 +170,23 @@ def test_bad_flags_exit_2_with_a_reason(capsys: pytest.CaptureFixture[str]) -> N
         assert said in capsys.readouterr().err
     args = _parser().parse_args(["defrag", "-o", "json", "--node", "n", "--max-moves", "3"])
     assert (args.output, args.node, args.max_moves, args.policy) == ("json", "n", 3, "binpack")
+
+
+def test_no_kubeconfig_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    missing = tmp_path / "nothing-here"
+    assert main(["defrag", "--kubeconfig", str(missing)]) == 1
+    assert f"error: no kubeconfig at {missing}" in capsys.readouterr().err
+
+
+def test_a_search_cut_short_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(defrag_plan, "MAX_TRIALS", 1)
+    monkeypatch.setattr(defrag, "MAX_TRIALS", 1)
+    # Both pods pinned: every trial fails, the first try ends the search.
+    pods = [p("p0", "node-a", node_selector={"pool": "a"}), p("p1", "node-b")]
+    pods[1]["spec"]["nodeSelector"] = {"pool": "b"}
+    report = defrag.build(cluster(pods), policy=Policy.BINPACK, max_moves=10)
+    assert (report["chipsTried"], report["chipsConsidered"]) == (1, 2)
+    assert "stopped after trying 1 of 2 chips" in report["summary"]
 
 
 def test_help_says_it_evicts_nothing(capsys: pytest.CaptureFixture[str]) -> None:
