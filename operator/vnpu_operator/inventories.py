@@ -14,6 +14,7 @@ from typing import Any
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.leases import LeaseLiveness
 from vnpu_operator.placement import InvalidInventoryError, Ledger, NodeInventory
+from vnpu_operator.placement.model import NodeReport
 from vnpu_operator.slim import resource_version, slim_node
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,10 @@ class Inventories:
         self.leases = LeaseLiveness(
             settings.agent_namespace, settings.lease_grace_seconds, self.refresh, wall=wall
         )
+        # VNPUNodes by name, metadata only (the cache convergence compares
+        # with a listing), and what placement reads of each, parsed once.
         self.vnpunodes: dict[str, Raw] = {}
+        self.reports: dict[str, NodeReport] = {}
         self.nodes: dict[str, Raw] = {}
 
     def labels(self, node: str) -> Mapping[str, str]:
@@ -56,11 +60,19 @@ class Inventories:
         return {inv.name: inv.live for inv in inventories if inv is not None}
 
     def vnpunode_event(self, event_type: str | None, obj: Raw) -> None:
-        name = str((obj.get("metadata") or {}).get("name", ""))
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
         if event_type == "DELETED":
             self.vnpunodes.pop(name, None)
+            self.reports.pop(name, None)
         else:
-            self.vnpunodes[name] = obj
+            try:
+                self.reports[name] = NodeReport.parse(obj)
+            except InvalidInventoryError as exc:
+                log.warning("inventory of %s is unreadable, keeping the last one: %s", name, exc)
+                return
+            # The raw status (most of the object) is not kept: the report has it.
+            self.vnpunodes[name] = {"metadata": meta}
         self.refresh(name)
 
     def node_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
@@ -79,19 +91,19 @@ class Inventories:
         self.refreshed(name)
 
     def _refresh(self, name: str) -> None:
-        vnpu_node = self.vnpunodes.get(name)
+        report = self.reports.get(name)
         old = self.ledger.node(name)
-        if vnpu_node is None:
+        if report is None:
             self.ledger.remove_node(name)
             return
         try:
-            inventory = NodeInventory.from_objects(
-                vnpu_node, self.nodes.get(name), self.leases.live(name)
+            inventory = NodeInventory.from_report(
+                report, self.nodes.get(name), self.leases.live(name)
             )
         except InvalidInventoryError as exc:
             log.warning("inventory of %s is unreadable, keeping the last one: %s", name, exc)
             return
-        self.ledger.upsert_node(inventory, version=resource_version(vnpu_node))
+        self.ledger.upsert_node(inventory, version=resource_version(self.vnpunodes[name]))
         if old is not None and old.live and not inventory.live:
             why = "Node object is gone" if name not in self.nodes else "agent Lease expired"
             self.lost(name, why)
