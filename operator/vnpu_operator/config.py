@@ -19,7 +19,7 @@ from vnpu_operator.placement import Policy
 
 # The choices as an admin types them; pydantic-settings would show the enum's
 # member names (BINPACK), which VNPU_POLICY does not accept.
-PolicyName = Literal["binpack", "spread"]
+PolicyName = Literal["binpack", "spread", "bestfit"]
 
 
 class OperatorSettings(BaseSettings):
@@ -33,7 +33,9 @@ class OperatorSettings(BaseSettings):
     )
     policy: PolicyName = Field(
         default="binpack",
-        description="Placement: binpack fills the fullest chip that fits, spread the emptiest.",
+        description="Placement: binpack fills the fullest chip that fits, spread the emptiest, "
+        "bestfit the one that keeps most room for the largest templates (README, "
+        "'Placement policies').",
     )
     preemption: bool = Field(
         default=False,

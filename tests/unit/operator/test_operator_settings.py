@@ -21,7 +21,10 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--policy=random"], "--policy (VNPU_POLICY): Input should be 'binpack' or 'spread'"),
+        (
+            ["--policy=random"],
+            "--policy (VNPU_POLICY): Input should be 'binpack', 'spread' or 'bestfit'",
+        ),
         (["--max-attempts=0"], "--max-attempts (VNPU_MAX_ATTEMPTS)"),
         (["--webhook-url=https://x", "--webhook-service=ns/svc"], "not both"),
         (["--webhook-service=svc"], "namespace/name[:port], not 'svc'"),
