@@ -218,12 +218,12 @@ class OperatorApi:
             done=(404,),
         )
 
-    async def set_nominated_node(self, pod: Mapping[str, Any], node: str | None) -> None:
+    async def set_nominated_node(self, pod: Mapping[str, Any], node: str | None) -> bool:
         """status.nominatedNodeName: the node a preempting pod's claim is on
         (None clears it), which `kubectl get pod -o wide` shows and a
-        restarted operator rebuilds the claim from."""
+        restarted operator rebuilds the claim from. False: the pod is gone."""
         meta = pod["metadata"]
-        await self._write(
+        return await self._write(
             "patch_pod_status",
             self.core.patch_namespaced_pod_status,
             meta["name"],

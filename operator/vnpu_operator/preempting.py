@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vnpu_common import names
+from vnpu_common.rawcall import describe
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.lifecycle import is_deleting, is_gated, is_terminal
@@ -195,7 +196,13 @@ class Preemption:
         if self.clock() < state.preempt_not_before:
             return bool(state.protected)
         state.protected.clear()
-        chosen = await self._checked_plan(request, state)
+        try:
+            chosen = await self._checked_plan(request, state)
+        except Exception as exc:
+            # A dry run failed (no RBAC for evictions, say): the pod waits as
+            # any other, and preemption is tried again after a backoff.
+            self._failed(request, state, exc)
+            return False
         if chosen is None:
             if state.protected:
                 await self._blocked(pod, state, nofit)
@@ -255,10 +262,15 @@ class Preemption:
         # operator finds it: the capacity freed is never up for grabs.
         self.ledger.nominate(request, node, {v.uid for v in chosen.victims})
         try:
-            await self.api.set_nominated_node(pod, node)
+            written = await self.api.set_nominated_node(pod, node)
         except Exception:
             self.forget(request.uid)
             raise
+        if not written:
+            # The pod is gone: nobody to make room for. Its claim held nothing
+            # yet, so waiting pods need no retry (which would plan for it again).
+            self.ledger.clear_nomination(request.uid)
+            return True
         state.nominated = node
         evicted: list[Candidate] = []
         failure: Exception | None = None
@@ -293,22 +305,40 @@ class Preemption:
                 condition=True, event_key=node,
             )  # fmt: skip
         else:
-            await self.release_claim(pod, state)
+            # It held nothing yet: no retry of waiting pods (which would plan
+            # for this one again at once).
+            self.ledger.clear_nomination(request.uid)
+            await self._unclaimed(pod, state)
             if state.protected:
                 await self._blocked(pod, state, nofit)
         if failure is not None:
-            self.metrics.preemption_attempts.labels("failed").inc()
-            raise failure
+            self._failed(request, state, failure)
         return bool(evicted or state.protected)
 
-    async def _blocked(self, pod: Raw, state: PodState, nofit: NoFit) -> None:
+    def _failed(self, request: PodRequest, state: PodState, exc: Exception) -> None:
+        """An eviction call failed: counted, logged, tried again after the
+        same backoff as a budget's refusal (never at once, never in a loop)."""
+        self.metrics.preemption_attempts.labels("failed").inc()
         state.preempt_refusals += 1
-        delay = min(RETRY_BASE_SECONDS * 2 ** (state.preempt_refusals - 1), RETRY_MAX_SECONDS)
+        delay = self._backoff(request.uid, state)
+        log.warning(
+            "pod %s: preemption failed (%s); trying again in %.0fs",
+            request.key, describe(exc), delay,
+        )  # fmt: skip
+
+    def _backoff(self, uid: str, state: PodState) -> float:
+        """Waits `state.preempt_refusals` doublings, then kicks the pod."""
+        doublings = max(state.preempt_refusals - 1, 0)
+        delay = min(RETRY_BASE_SECONDS * 2.0**doublings, RETRY_MAX_SECONDS)
         state.preempt_not_before = self.clock() + delay
-        uid = str(pod["metadata"].get("uid", ""))
         # No loop: a test driving the controller by hand; nothing to schedule.
         with contextlib.suppress(RuntimeError):
             asyncio.get_running_loop().call_later(delay, self.kick, uid)
+        return delay
+
+    async def _blocked(self, pod: Raw, state: PodState, nofit: NoFit) -> None:
+        state.preempt_refusals += 1
+        delay = self._backoff(str(pod["metadata"].get("uid", "")), state)
         self.metrics.preemption_attempts.labels("blocked").inc()
         protected = "; ".join(state.protected[u] for u in sorted(state.protected))
         await self._unclaimed(pod, state)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import generate_latest
 from test_controller import FakeApi, World, pod
 
 from vnpu_common import names
@@ -25,6 +27,7 @@ class EvictingApi(FakeApi):
         # (`refuse`) or on real ones only (`refuse_late`).
         self.refuse: dict[str, str] = {}
         self.refuse_late: dict[str, str] = {}
+        self.gone: set[str] = set()  # pods the API server no longer has
 
     async def evict_pod(self, target: dict[str, Any], *, dry_run: bool = False) -> str | None:
         name = target["metadata"]["name"]
@@ -34,8 +37,9 @@ class EvictingApi(FakeApi):
     async def patch_node_status(self, name: str, patch: dict[str, Any]) -> None:
         self._record("patch_node_status", name)
 
-    async def set_nominated_node(self, target: dict[str, Any], node: str | None) -> None:
+    async def set_nominated_node(self, target: dict[str, Any], node: str | None) -> bool:
         self._record("nominate", (target["metadata"]["name"], node))
+        return target["metadata"]["name"] not in self.gone
 
 
 class Cluster(World):
@@ -69,6 +73,9 @@ class Cluster(World):
     async def high(self, **spec: Any) -> None:
         self.controller.pod_event("ADDED", prio(pod("high", "h"), 1000, **spec))
         await self.settle()
+
+    def metrics(self) -> str:
+        return generate_latest(self.controller.metrics.registry).decode()
 
     def calls(self) -> list[tuple[str, Any]]:
         """What was written, without the Nodes' advertised totals."""
@@ -192,6 +199,47 @@ async def test_a_refusal_after_the_dry_run_drops_the_claim() -> None:
     assert ("nominate", ("high", None)) in w.calls()
     assert w.controller.ledger.nominations() == {}
     assert w.api.of("set_pod_condition")[-1][1] == names.REASON_PREEMPTION_BLOCKED
+
+
+async def test_a_failed_eviction_call_waits_out_a_backoff_never_a_loop() -> None:
+    w = Cluster()
+    await w.fill()
+    w.api.fail["evict_dry"] = ApiException(status=403, reason="Forbidden")
+    await w.high()
+    # Told it waits, as any pod; nothing claimed, nobody evicted.
+    assert w.calls() == [
+        ("evict_dry", "low3"),
+        ("set_pod_condition", names.REASON_WAITING),
+        ("event", names.REASON_WAITING),
+    ]
+    assert w.controller.ledger.nominations() == {}
+    assert 'preemption_attempts_total{result="failed"} 1.0' in w.metrics()
+    w.controller.pod_event("MODIFIED", prio(pod("high", "h"), 1000))
+    await w.settle()
+    assert [n for n, _ in w.calls()].count("evict_dry") == 1
+    w.clock += 5
+    w.controller.kick("h")
+    await w.settle()
+    assert ("evict", "low3") in w.calls()
+    # A real eviction failing: the claim keeps only what was evicted (here
+    # nothing, so none), and the pod is not retried before its backoff.
+    w2 = Cluster()
+    await w2.fill()
+    w2.api.fail["evict"] = ApiException(status=500, reason="Internal")
+    await w2.high()
+    assert [n for n, _ in w2.calls()][:3] == ["evict_dry", "nominate", "evict"]
+    assert ("nominate", ("high", None)) in w2.calls()
+    assert w2.controller.ledger.nominations() == {}
+    assert [n for n, _ in w2.calls()].count("evict") == 1
+
+
+async def test_nobody_is_evicted_for_a_pod_that_is_gone() -> None:
+    w = Cluster()
+    await w.fill()
+    w.api.gone.add("high")
+    await w.high()
+    assert [n for n, _ in w.calls()] == ["evict_dry", "nominate"]
+    assert w.controller.ledger.nominations() == {}
 
 
 async def test_never_equal_priority_and_off_evict_nobody() -> None:
