@@ -13,6 +13,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench.cluster import CHIPS
+from bench.load import MIX
 from bench.placement import offline, simulate, workload
 from vnpu_operator.placement import Policy
 
@@ -89,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "config": {
             "nodes": args.nodes,
-            "chips_per_node": workload.CHIPS,
-            "mix": [list(m) for m in workload.MIX],
+            "chips_per_node": CHIPS,
+            "mix": [list(m) for m in MIX],
             "arrivals": args.arrivals,
             "seed": args.seed,
             "small": {

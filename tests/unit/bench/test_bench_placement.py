@@ -5,6 +5,7 @@ the offline best, and bad inputs are refused with a clear message."""
 from __future__ import annotations
 
 import pytest
+from bench.cluster import CHIPS
 from bench.placement import offline, simulate, workload
 from bench.placement.__main__ import SMALL_CHIPS, main
 
@@ -65,10 +66,9 @@ def test_the_stream_is_fixed_by_its_seed_and_offers_the_asked_load() -> None:
     # Mean size alive = rate x mean lifetime x mean size; over chips it is the load.
     span = one[-1].at - one[0].at
     sizes = sum(
-        workload.size(workload.model_of(a.template, workload.CHIPS), a.template, a.count)
-        for a in one
+        workload.size(workload.model_of(a.template, CHIPS), a.template, a.count) for a in one
     )
-    chips = NODES * sum(workload.CHIPS.values())
+    chips = NODES * sum(CHIPS.values())
     assert sizes / span / chips == pytest.approx(0.9, rel=0.1)
 
 
@@ -76,7 +76,7 @@ def test_bad_inputs_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ValueError, match="offered load must be positive"):
         workload.stream(0, NODES, 10, seed=1)
     with pytest.raises(ValueError, match="offers vir99"):
-        workload.model_of("vir99", workload.CHIPS)
+        workload.model_of("vir99", CHIPS)
     for argv in (["--loads", "high"], ["--loads", "0"], ["--nodes", "0"]):
         with pytest.raises(SystemExit) as exit_:
             main(argv)
