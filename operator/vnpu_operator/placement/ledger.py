@@ -18,6 +18,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from vnpu_common.api.models import TemplateResources
+from vnpu_operator.placement.candidates import CandidateIndex
 from vnpu_operator.placement.capacity import (
     ChipCapacity,
     ChipState,
@@ -73,6 +74,8 @@ class Ledger:
         # placements re-evaluates one node each instead of every node.
         # The key ends with the nominees booked first (see nominations below).
         self._fits: dict[str, dict[tuple[str, str | None, int, Policy, tuple[str, ...]], _Fit]] = {}
+        # The nodes each request shape fits on, ranked (placement.candidates).
+        self._candidates: CandidateIndex[list[tuple[int, int]]] = CandidateIndex()
         # Preempting pods' claims: pod uid -> its nomination; node -> uids.
         self._nominated: dict[str, Nomination] = {}
         self._nominated_on: dict[str, set[str]] = {}
@@ -102,7 +105,7 @@ class Ledger:
         self._forget_destroyed(inventory, version)
         old = self._nodes.get(inventory.name)
         self._nodes[inventory.name] = inventory
-        self._fits.pop(inventory.name, None)
+        self._node_changed(inventory.name)
         if old is None or _offer(old) != _offer(inventory):
             self._rebuild_catalog()
 
@@ -110,7 +113,7 @@ class Ledger:
         """Forgets the inventory; allocations on the node stay booked until
         their objects are gone."""
         removed = self._nodes.pop(name, None)
-        self._fits.pop(name, None)
+        self._node_changed(name)
         if removed is not None:
             self._rebuild_catalog()
         return removed
@@ -122,7 +125,7 @@ class Ledger:
             return False
         if inventory.live != live:
             self._nodes[name] = replace(inventory, live=live)
-            self._fits.pop(name, None)
+            self._node_changed(name)
         return True
 
     def node(self, name: str) -> NodeInventory | None:
@@ -130,6 +133,11 @@ class Ledger:
 
     def node_names(self) -> list[str]:
         return sorted(self._nodes)
+
+    def _node_changed(self, name: str) -> None:
+        """What placement knows of the node moved: its cached answers go."""
+        self._fits.pop(name, None)
+        self._candidates.changed(name)
 
     def _rebuild_catalog(self) -> None:
         # Rebuilt from scratch so a restarted ledger sees the same catalog.
@@ -141,6 +149,7 @@ class Ledger:
         self._catalog = catalog
         self._largest = largest_templates(catalog)
         self._fits.clear()
+        self._candidates.clear()
         self.catalog_epoch += 1
 
     def offered(self) -> dict[str, frozenset[str]]:
@@ -183,7 +192,7 @@ class Ledger:
                 ", ".join(sorted(clash)),
             )
         self._allocs[allocation.key] = allocation
-        self._fits.pop(allocation.node, None)
+        self._node_changed(allocation.node)
         self._by_pod.setdefault(allocation.pod_uid, set()).add(allocation.key)
         self._by_node.setdefault(allocation.node, set()).add(allocation.key)
         return True
@@ -226,7 +235,7 @@ class Ledger:
         return tuple(a for a in (self.remove_allocation(k) for k in keys) if a is not None)
 
     def _unindex(self, alloc: Allocation) -> None:
-        self._fits.pop(alloc.node, None)
+        self._node_changed(alloc.node)
         for index, bucket in ((self._by_pod, alloc.pod_uid), (self._by_node, alloc.node)):
             keys = index.get(bucket)
             if keys is not None:
@@ -318,6 +327,10 @@ class Ledger:
             candidates = [existing[0].node]
         else:
             candidates = sorted(self._nodes)
+            if not self._nominated:
+                fast = self._best_candidate(request, request.count, policy, avoid)
+                if fast is not None:
+                    return self._book(request, fast[0], fast[1], first_index)
 
         need = request.count - len(existing)
         reasons: dict[str, Reason] = {}
@@ -347,6 +360,33 @@ class Ledger:
             return NoFit(template=request.template, count=request.count, node_reasons=reasons)
         return self._book(request, best[1], best[2], first_index)
 
+    def _best_candidate(
+        self, request: PodRequest, need: int, policy: Policy, avoid: Collection[str]
+    ) -> tuple[str, list[tuple[int, int]]] | None:
+        """The node the loop in `place` would choose, from the ranks kept per
+        request shape; None when nothing fits (the loop then says why). Only
+        while nobody holds a claim: claims make a node's answer depend on
+        the asking pod's priority and uid."""
+
+        def ask(name: str) -> tuple[Rank, list[tuple[int, int]]] | None:
+            inventory = self._nodes.get(name)
+            if inventory is None or _node_filter(inventory, request) is not None:
+                return None
+            outcome = self._fit(inventory, request, need, policy)
+            return None if isinstance(outcome, Reason) else (outcome[1], outcome[0])
+
+        shape = (
+            request.template,
+            request.chip_model,
+            need,
+            policy,
+            # What the node filter reads of the pod; repr, as the raw
+            # mappings are not hashable (equal ones in another key order
+            # only make a second shape).
+            repr((request.node_selector, request.required_affinity, request.tolerations)),
+        )
+        return self._candidates.best(shape, self._nodes, ask, avoid)
+
     def _fit(
         self, inventory: NodeInventory, request: PodRequest, need: int, policy: Policy
     ) -> _Fit:
@@ -356,7 +396,7 @@ class Ledger:
         outcome = fits.get(key)
         if outcome is None:
             state = self._state(inventory)
-            outcome = fits[key] = hold(state, held, policy) or _fit_node(
+            outcome = fits[key] = hold(state, held, policy, self._largest) or _fit_node(
                 state, request, need, policy, self._largest
             )
         return outcome
@@ -402,12 +442,12 @@ class Ledger:
         self.clear_nomination(request.uid)
         self._nominated[request.uid] = Nomination(node, request, frozenset(victims))
         self._nominated_on.setdefault(node, set()).add(request.uid)
-        self._fits.pop(node, None)
+        self._node_changed(node)
 
     def clear_nomination(self, uid: str) -> Nomination | None:
         old = self._nominated.pop(uid, None)
         if old is not None:
-            self._fits.pop(old.node, None)
+            self._node_changed(old.node)
             uids = self._nominated_on.get(old.node)
             if uids is not None:
                 uids.discard(uid)
@@ -452,12 +492,18 @@ class Nomination:
     victims: frozenset[str] = frozenset()
 
 
-def hold(state: NodeState, held: Iterable[PodRequest], policy: Policy) -> Reason | None:
-    """Books the nominees into the working copy first; NOMINATED when one of
-    them does not fit yet (its victims are still releasing): the node is
-    then closed to whoever asked."""
+def hold(
+    state: NodeState,
+    held: Iterable[PodRequest],
+    policy: Policy,
+    largest: Mapping[str, str] | None = None,
+) -> Reason | None:
+    """Books the nominees into the working copy first, as the policy would
+    (`largest`: what bestfit ranks by); NOMINATED when one of them does not
+    fit yet (its victims are still releasing): the node is then closed to
+    whoever asked."""
     for nominee in held:
-        if isinstance(_fit_node(state, nominee, nominee.count, policy), Reason):
+        if isinstance(_fit_node(state, nominee, nominee.count, policy, largest), Reason):
             return Reason.NOMINATED
     return None
 
