@@ -37,16 +37,8 @@ def largest_templates(catalog: Mapping[tuple[str, str], TemplateResources]) -> d
 
 def _fits(free: Resources, need: Resources) -> int:
     """How many vNPUs of `need` fit in `free`, resources alone."""
-    counts = [
-        have // want
-        for have, want in (
-            (free.aicore, need.aicore),
-            (free.memory_mb, need.memory_mb),
-            (free.aicpu, need.aicpu),
-            (free.media, need.media),
-        )
-        if want > 0
-    ]
+    pairs = zip(free.amounts(), need.amounts(), strict=True)
+    counts = [have // want for have, want in pairs if want > 0]
     return min(counts) if counts else 0
 
 

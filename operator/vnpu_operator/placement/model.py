@@ -66,6 +66,10 @@ class Resources:
             self.media - other.media,
         )
 
+    def amounts(self) -> tuple[int, int, int, int]:
+        """AICore, memory, AICPU and media, in that order, to pair with another's."""
+        return (self.aicore, self.memory_mb, self.aicpu, self.media)
+
     def clamped(self) -> Resources:
         """Free capacity never reads negative, even when stale inventories or
         orphans make a chip look oversubscribed."""

@@ -35,16 +35,7 @@ def free_ids(state: NodeState, chip: ChipState) -> int:
 
 def _leftover(free: Resources, total: Resources) -> float:
     """What stays free, as shares of the chip summed over its resources."""
-    return sum(
-        f / t
-        for f, t in (
-            (free.aicore, total.aicore),
-            (free.memory_mb, total.memory_mb),
-            (free.aicpu, total.aicpu),
-            (free.media, total.media),
-        )
-        if t > 0
-    )
+    return sum(f / t for f, t in zip(free.amounts(), total.amounts(), strict=True) if t > 0)
 
 
 @dataclass
