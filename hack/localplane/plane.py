@@ -417,6 +417,9 @@ class LocalPlane:
             f"--audit-log-path={self.audit_log}",
             "--audit-log-format=json",
             "--audit-log-mode=blocking",
+            # Tests and the benchmark read the log by offset; the default
+            # rotates it at 100 MB, which the 1000-node benchmark passes twice.
+            "--audit-log-maxsize=1000000",
             # The defaults (400/200 in flight) are far above what a 2-core
             # machine serves; lower limits only add 429s under churn.
             "--max-requests-inflight=800",
