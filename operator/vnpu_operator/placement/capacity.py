@@ -21,12 +21,17 @@ Catalog = Mapping[tuple[str, str], TemplateResources]
 HEALTHY = "Healthy"
 
 
+def offered(chip: ChipStatus, template: str | None) -> TemplateResources | None:
+    """The chip's own offer of `template`, or None."""
+    return next((t for t in chip.templates if t.name == template), None)
+
+
 def template_resources(chip: ChipStatus, template: str, catalog: Catalog) -> Resources | None:
     """What a vNPU of `template` takes on `chip`: the chip's own offer first,
     then any chip of the same model; None when nobody knows the template."""
-    for offered in chip.templates:
-        if offered.name == template:
-            return Resources.of_template(offered)
+    own = offered(chip, template)
+    if own is not None:
+        return Resources.of_template(own)
     known = catalog.get((chip.model, template))
     return None if known is None else Resources.of_template(known)
 
@@ -141,10 +146,10 @@ def chip_obstacle(
         return Reason.CHIP_MODEL
     if chip.health != HEALTHY:
         return Reason.UNHEALTHY
-    offered = next((t for t in chip.templates if t.name == template), None)
-    if offered is None:
+    offer = offered(chip, template)
+    if offer is None:
         return Reason.TEMPLATE_NOT_OFFERED
-    need, free = Resources.of_template(offered), state.total - state.used
+    need, free = Resources.of_template(offer), state.total - state.used
     for wanted, left, reason in (
         (need.aicore, free.aicore, Reason.INSUFFICIENT_AICORE),
         (need.memory_mb, free.memory_mb, Reason.INSUFFICIENT_MEMORY),
@@ -158,6 +163,11 @@ def chip_obstacle(
     if state.cordoned is not None:
         return Reason.CORDONED
     return None
+
+
+def free_id_count(chip: ChipStatus, used_ids: Collection[int]) -> int:
+    """Ids of the chip's range that nothing on the node holds."""
+    return sum(1 for i in range(chip.vnpu_id_min, chip.vnpu_id_max + 1) if i not in used_ids)
 
 
 def free_vnpu_id(chip: ChipStatus, used_ids: set[int]) -> int | None:

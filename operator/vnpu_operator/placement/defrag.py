@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from vnpu_operator.placement.capacity import HEALTHY, ChipState, NodeState
-from vnpu_operator.placement.fragmentation import chip_fits, node_fragmentation
+from vnpu_operator.placement.capacity import HEALTHY, NodeState, free_id_count, offered
+from vnpu_operator.placement.fragmentation import chip_fits, node_fragmentation, whole_chip_fits
 from vnpu_operator.placement.ledger import Ledger
 from vnpu_operator.placement.model import Allocation, Placement, Policy, Resources
 from vnpu_operator.placement.request import PodRequest
@@ -257,7 +257,8 @@ class _Planner:
                 template = self.largest.get(chip.chip.model)
                 if template is None:
                     continue
-                if _whole_fits(chip, template) <= chip_fits(chip, template, _free_ids(state, chip)):
+                now = chip_fits(chip, template, free_id_count(chip.chip, state.used_ids))
+                if whole_chip_fits(chip, template) <= now:
                     continue
                 ranked.append((chip.used.aicore, chip.allocated, name, index))
         return [(name, index) for _, _, name, index in sorted(ranked)]
@@ -285,12 +286,12 @@ class _Planner:
         for chip in state.chips.values():
             model = chip.chip.model
             template = self.largest.get(model)
-            offered = next((t for t in chip.chip.templates if t.name == template), None)
-            if offered is None or chip.cordoned is not None or chip.chip.health != HEALTHY:
+            offer = offered(chip.chip, template)
+            if offer is None or chip.cordoned is not None or chip.chip.health != HEALTHY:
                 continue
-            self.needs.setdefault(model, Resources.of_template(offered))
+            self.needs.setdefault(model, Resources.of_template(offer))
             out.free[model] = out.free.get(model, Resources()) + chip.free
-            out.whole[model] = out.whole.get(model, 0) + _whole_fits(chip, offered.name)
+            out.whole[model] = out.whole.get(model, 0) + whole_chip_fits(chip, offer.name)
         for model in sorted(out.whole):
             out.fits[model] = node_fragmentation(state, {model: self.largest[model]}).largest_fits
         return out
@@ -366,20 +367,9 @@ def _size(state: NodeState, held: list[Allocation]) -> int:
     total = 0
     for allocation in held:
         chip = state.chips.get(allocation.chip)
-        templates = chip.chip.templates if chip is not None else []
-        total += next((t.aicore for t in templates if t.name == allocation.template), 0)
+        offer = offered(chip.chip, allocation.template) if chip is not None else None
+        total += offer.aicore if offer is not None else 0
     return total
-
-
-def _free_ids(state: NodeState, chip: ChipState) -> int:
-    lo, hi = chip.chip.vnpu_id_min, chip.chip.vnpu_id_max
-    return sum(1 for i in range(lo, hi + 1) if i not in state.used_ids)
-
-
-def _whole_fits(chip: ChipState, template: str) -> int:
-    """How many the chip takes empty (0 when unhealthy or cordoned)."""
-    empty = ChipState(chip.chip, cordoned=chip.cordoned)
-    return chip_fits(empty, template, empty.vnpu_limit)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from vnpu_common.api.models import TemplateResources
-from vnpu_operator.placement.capacity import HEALTHY, ChipState, NodeState
+from vnpu_operator.placement.capacity import HEALTHY, ChipState, NodeState, free_id_count, offered
 from vnpu_operator.placement.model import Resources
 
 
@@ -49,11 +49,18 @@ def chip_fits(state: ChipState, template: str, free_ids: int) -> int:
     chip = state.chip
     if chip.health != HEALTHY or state.cordoned is not None:
         return 0
-    offered = next((t for t in chip.templates if t.name == template), None)
-    if offered is None:
+    offer = offered(chip, template)
+    if offer is None:
         return 0
     slots = max(state.vnpu_limit - state.vnpus, 0)
-    return min(_fits(state.free, Resources.of_template(offered)), slots, free_ids)
+    return min(_fits(state.free, Resources.of_template(offer)), slots, free_ids)
+
+
+def whole_chip_fits(state: ChipState, template: str) -> int:
+    """How many vNPUs of `template` the chip takes when empty (0 when it is
+    unhealthy, cordoned or does not offer it)."""
+    empty = ChipState(state.chip, cordoned=state.cordoned)
+    return chip_fits(empty, template, empty.vnpu_limit)
 
 
 @dataclass(frozen=True)
@@ -104,18 +111,13 @@ def node_fragmentation(state: NodeState, largest: Mapping[str, str]) -> Fragment
         if chip.health != HEALTHY or chip_state.cordoned is not None:
             continue
         free_aicore += chip_state.free.aicore
-        template = largest.get(chip.model)
-        offered = next((t for t in chip.templates if t.name == template), None)
-        if offered is None:
+        offer = offered(chip, largest.get(chip.model))
+        if offer is None:
             continue
-        need = Resources.of_template(offered)
-        free_ids = sum(
-            1 for i in range(chip.vnpu_id_min, chip.vnpu_id_max + 1) if i not in state.used_ids
-        )
-        count = chip_fits(chip_state, offered.name, free_ids)
+        count = chip_fits(chip_state, offer.name, free_id_count(chip, state.used_ids))
         fits += count
-        usable += count * offered.aicore
-        whole = min(_fits(chip_state.total, need), chip_state.vnpu_limit)
+        usable += count * offer.aicore
+        whole = whole_chip_fits(chip_state, offer.name)
         if chip_state.total.aicore > 0:
             share = chip_state.free.aicore / chip_state.total.aicore
             ideal[chip.model] = ideal.get(chip.model, 0.0) + share * whole

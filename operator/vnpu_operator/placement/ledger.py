@@ -26,6 +26,7 @@ from vnpu_operator.placement.capacity import (
     build_node_state,
     chip_obstacle,
     free_vnpu_id,
+    offered,
 )
 from vnpu_operator.placement.errors import AllocationConflictError
 from vnpu_operator.placement.fragmentation import (
@@ -282,15 +283,14 @@ class Ledger:
 
     def largest_templates(self) -> dict[str, str]:
         """Chip model -> the largest template offered for it."""
-        return largest_templates(self._catalog)
+        return dict(self._largest)
 
     def fragmentation(self, node: str | None = None) -> dict[str, Fragmentation]:
         """Node -> free AICore and how much of it the largest template of
         each chip's model can use (placement.fragmentation); one node or all."""
-        largest = largest_templates(self._catalog)
         names = [node] if node is not None else sorted(self._nodes)
         return {
-            name: node_fragmentation(self._state(self._nodes[name]), largest)
+            name: node_fragmentation(self._state(self._nodes[name]), self._largest)
             for name in names
             if name in self._nodes
         }
@@ -576,4 +576,6 @@ def _fit_node(
 
 def _size(chip: ChipState, template: str) -> Resources:
     """What a vNPU of `template` takes on a chip that offers it."""
-    return Resources.of_template(next(t for t in chip.chip.templates if t.name == template))
+    offer = offered(chip.chip, template)
+    assert offer is not None  # chip_obstacle checked it
+    return Resources.of_template(offer)

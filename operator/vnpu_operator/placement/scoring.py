@@ -20,17 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from vnpu_operator.placement.capacity import ChipState, NodeState
+from vnpu_operator.placement.capacity import ChipState, NodeState, free_id_count
 from vnpu_operator.placement.fragmentation import chip_fits
 from vnpu_operator.placement.model import Policy, Resources
 
 Rank = tuple[float, ...]
-
-
-def free_ids(state: NodeState, chip: ChipState) -> int:
-    """Ids of the chip's range that nothing on the node holds."""
-    lo, hi = chip.chip.vnpu_id_min, chip.chip.vnpu_id_max
-    return sum(1 for i in range(lo, hi + 1) if i not in state.used_ids)
 
 
 def _leftover(free: Resources, total: Resources) -> float:
@@ -70,7 +64,7 @@ class Scorer:
         template = self.largest.get(chip.chip.model)
         if template is None:
             return 0, whole
-        ids = free_ids(self.state, chip)
+        ids = free_id_count(chip.chip, self.state.used_ids)
         before = chip_fits(chip, template, ids)
         after = chip_fits(
             replace(chip, used=chip.used + need, allocated=chip.allocated + 1), template, ids - 1
