@@ -30,6 +30,20 @@ class PinningError(ValueError):
     """The pod cannot be pinned as it is (e.g. the node has no hostname label)."""
 
 
+# The pin, as pin_patch writes it and unpinned recognises it: one term for
+# the exact node when the pod had no required node affinity, else a hostname
+# expression appended to each of its terms.
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _exact_node_term(node: str) -> dict[str, Any]:
+    return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+
+
+def _hostname_expression(hostname: str) -> dict[str, Any]:
+    return {"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}
+
+
 def pin_patch(
     pod: Mapping[str, Any],
     node: str,
@@ -61,22 +75,17 @@ def pin_patch(
 
     affinity = spec.get("affinity") or {}
     node_affinity = affinity.get("nodeAffinity") or {}
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    required = node_affinity.get(_REQUIRED) or {}
     terms = required.get("nodeSelectorTerms") or []
     if not terms:
-        pinned: dict[str, Any] = {
-            "nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-            ]
-        }
-        required_key = "requiredDuringSchedulingIgnoredDuringExecution"
+        pinned: dict[str, Any] = {"nodeSelectorTerms": [_exact_node_term(node)]}
         value: dict[str, Any]
         if not affinity:
-            path, value = "/spec/affinity", {"nodeAffinity": {required_key: pinned}}
+            path, value = "/spec/affinity", {"nodeAffinity": {_REQUIRED: pinned}}
         elif not node_affinity:
-            path, value = "/spec/affinity/nodeAffinity", {required_key: pinned}
+            path, value = "/spec/affinity/nodeAffinity", {_REQUIRED: pinned}
         else:
-            path, value = f"/spec/affinity/nodeAffinity/{required_key}", pinned
+            path, value = f"/spec/affinity/nodeAffinity/{_REQUIRED}", pinned
         ops.append({"op": "add", "path": path, "value": value})
         return ops
 
@@ -86,13 +95,13 @@ def pin_patch(
             f"node {node} has no {HOSTNAME_LABEL} label; cannot narrow the pod's existing "
             "required node affinity to it"
         )
-    path = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+    path = f"/spec/affinity/nodeAffinity/{_REQUIRED}"
     ops.append({"op": "test", "path": f"{path}/nodeSelectorTerms", "value": terms})
     narrowed = []
     for term in terms:
         term = copy.deepcopy(term)
         exprs = list(term.get("matchExpressions") or [])
-        exprs.append({"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]})
+        exprs.append(_hostname_expression(hostname))
         term["matchExpressions"] = exprs
         narrowed.append(term)
     ops.append({"op": "replace", "path": f"{path}/nodeSelectorTerms", "value": narrowed})
@@ -110,20 +119,18 @@ def unpinned(pod: Mapping[str, Any], node: str, node_labels: Mapping[str, str]) 
     gates = spec.get("schedulingGates") or []
     if any(g.get("name") == names.SCHEDULING_GATE for g in gates):
         return out
-    required_key = "requiredDuringSchedulingIgnoredDuringExecution"
     node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    terms = (node_affinity.get(required_key) or {}).get("nodeSelectorTerms") or []
-    exact = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
-    if terms == exact:
-        del node_affinity[required_key]
+    terms = (node_affinity.get(_REQUIRED) or {}).get("nodeSelectorTerms") or []
+    if terms == [_exact_node_term(node)]:
+        del node_affinity[_REQUIRED]
         if not node_affinity:
             del spec["affinity"]["nodeAffinity"]
         if not spec["affinity"]:
             del spec["affinity"]
         return out
     hostname = node_labels.get(HOSTNAME_LABEL)
-    pin = {"key": HOSTNAME_LABEL, "operator": "In", "values": [hostname]}
-    if terms and hostname and all((t.get("matchExpressions") or [])[-1:] == [pin] for t in terms):
+    pin = _hostname_expression(hostname) if hostname else None
+    if terms and pin and all((t.get("matchExpressions") or [])[-1:] == [pin] for t in terms):
         for term in terms:
             term["matchExpressions"].pop()
             if not term["matchExpressions"]:
