@@ -380,10 +380,7 @@ class Ledger:
             request.chip_model,
             need,
             policy,
-            # What the node filter reads of the pod; repr, as the raw
-            # mappings are not hashable (equal ones in another key order
-            # only make a second shape).
-            repr((request.node_selector, request.required_affinity, request.tolerations)),
+            request.where,
         )
         return self._candidates.best(shape, self._nodes, ask, avoid)
 

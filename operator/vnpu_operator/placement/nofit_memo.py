@@ -7,7 +7,6 @@ each release would otherwise each run a placement over every node.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from vnpu_operator.placement.ledger import Ledger
@@ -22,9 +21,7 @@ def _signature(request: PodRequest, avoid: frozenset[str]) -> tuple[Any, ...]:
         request.template,
         request.count,
         request.chip_model,
-        json.dumps(dict(request.node_selector), sort_keys=True),
-        json.dumps(request.required_affinity, sort_keys=True),
-        json.dumps(list(request.tolerations), sort_keys=True),
+        request.where,
         avoid,
         # A preempting pod's claim closes a node to its priority and lower only.
         request.priority,

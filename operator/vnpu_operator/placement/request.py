@@ -6,8 +6,10 @@ so that placement never reads a pod otherwise than it was admitted.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from vnpu_common import names
@@ -103,6 +105,16 @@ class PodRequest:
         # Frozen dataclass: the compiled forms are derived once, here.
         object.__setattr__(self, "affinity_terms", terms)
         object.__setattr__(self, "compiled_tolerations", tolerations)
+
+    @cached_property
+    def where(self) -> str:
+        """What the node filter reads of the pod (selector, required node
+        affinity, tolerations) as one string: requests that may go to the
+        same nodes have the same one, whatever their maps' key order."""
+        return json.dumps(
+            [dict(self.node_selector), self.required_affinity, list(self.tolerations)],
+            sort_keys=True,
+        )
 
     @property
     def key(self) -> str:
