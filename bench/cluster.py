@@ -20,6 +20,7 @@ from localplane.components import (
     ServiceProcess,
     Settings,
 )
+from localplane.nodes import node_ready
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_common import names
@@ -68,11 +69,6 @@ AGENT_SETTINGS: Settings = {
 OPERATOR_SETTINGS: Settings = {"log-level": "INFO"}
 
 
-def _ready(node: dict[str, Any]) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 def node_names(count: int) -> list[str]:
     return [f"bn-{i:04d}" for i in range(count)]
 
@@ -115,7 +111,7 @@ class Cluster:
         want = set(names_)
         wait_for(
             f"{len(want)} nodes Ready",
-            lambda: want <= {n["metadata"]["name"] for n in self.list("nodes") if _ready(n)},
+            lambda: want <= {n["metadata"]["name"] for n in self.list("nodes") if node_ready(n)},
             timeout=300,
             interval=2,
         )

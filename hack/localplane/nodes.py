@@ -67,3 +67,9 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
             "capacity": resources,
         },
     }
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    """Whether a Node object's Ready condition is True."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

@@ -34,6 +34,7 @@ from typing import IO, Any
 import yaml
 
 from localplane import ociimage
+from localplane.nodes import node_ready
 from localplane.plane import REPO_ROOT, LocalPlane, PlaneError, run_build_script
 from localplane.waiting import wait_for
 from vnpu_agent.cdi import CDI_KIND
@@ -476,9 +477,7 @@ state = '{c / "state"}'
         def ready() -> bool:
             self._check_alive("kubelet")
             self._check_alive("containerd")
-            node = self.plane.get_json("node", self.name) or {}
-            conditions = (node.get("status") or {}).get("conditions") or []
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            return node_ready(self.plane.get_json("node", self.name) or {})
 
         try:
             wait_for(f"node {self.name} Ready", ready, 90, interval=0.5)
