@@ -72,6 +72,9 @@ class ServiceProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         python = [sys.executable]
         if self.profile_dir is not None:
+            # cProfile writes its file at exit and says nothing when the
+            # folder is missing.
+            self.profile_dir.mkdir(parents=True, exist_ok=True)
             python += ["-m", "cProfile", "-o", str(self.profile_dir / f"{self.name}.prof")]
         env = {
             **env,
