@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -43,7 +42,7 @@ from vnpu_agent.drivers.base import (
     NotFoundError,
     TemplateSpec,
 )
-from vnpu_agent.drivers.diagnose import Op, describe_create
+from vnpu_agent.drivers.diagnose import describe_create
 from vnpu_agent.drivers.sim_rules import (
     MAX_CHIPS,
     RebootReport,
@@ -161,8 +160,7 @@ class SimDriver:
 
     def create_vnpu(self, chip: int, template: str, vnpu_id: int) -> VNPU:
         what = describe_create(chip, template, vnpu_id)
-        self._delay("create")
-        with self._store.transaction() as state:
+        with self._store.transaction("create") as state:
             fire_failure(state, "create", what, after=False)
             c = find_chip(state, chip)
             new_id = check_create(state, c, template, vnpu_id, what)
@@ -182,8 +180,7 @@ class SimDriver:
 
     def destroy_vnpu(self, chip: int, vnpu_id: int) -> None:
         what = f"destroy vNPU {vnpu_id} on chip {chip}"
-        self._delay("destroy")
-        with self._store.transaction() as state:
+        with self._store.transaction("destroy") as state:
             fire_failure(state, "destroy", what, after=False)
             c = find_chip(state, chip)
             found = state.vnpus.get(vnpu_id)
@@ -358,16 +355,8 @@ class SimDriver:
 
     # ---------------------------------------------------------------- internals
 
-    def _delay(self, op: Op) -> None:
-        # Sleep outside the lock, so a slow call does not freeze other processes.
-        with self._store.locked():
-            seconds = self._store.read().slow.get(op, 0.0)
-        if seconds > 0:
-            time.sleep(seconds)
-
     def _query(self, what: str) -> SimState:
-        self._delay("query")
-        with self._store.transaction() as state:
+        with self._store.transaction("query") as state:
             fire_failure(state, "query", what, after=False)
             return state
 

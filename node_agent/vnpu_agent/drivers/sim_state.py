@@ -12,9 +12,10 @@ import fcntl
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +84,31 @@ class SimState:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        # Spelled out rather than dataclasses.asdict, whose recursive deep
+        # copy was most of a driver call's CPU (every call reads, and every
+        # change writes, the whole state).
         return {
             "version": STATE_VERSION,
-            "chips": [asdict(c) for c in self.chips],
-            "vnpus": [asdict(v) for v in sorted(self.vnpus.values(), key=lambda v: v.id)],
+            "chips": [
+                {
+                    "index": c.index,
+                    "model": c.model,
+                    "physical_id": c.physical_id,
+                    "card_id": c.card_id,
+                    "device_id": c.device_id,
+                    "healthy": c.healthy,
+                }
+                for c in self.chips
+            ],
+            "vnpus": [
+                {"id": v.id, "chip": v.chip, "template": v.template, "in_use": v.in_use}
+                for v in sorted(self.vnpus.values(), key=lambda v: v.id)
+            ],
             "config_recover": self.config_recover,
-            "failures": {op: asdict(f) for op, f in sorted(self.failures.items())},
+            "failures": {
+                op: {"code": f.code, "times": f.times, "after": f.after, "message": f.message}
+                for op, f in sorted(self.failures.items())
+            },
             "slow": dict(sorted(self.slow.items())),
             "stuck": sorted(self.stuck),
             "vanished": sorted(self.vanished),
@@ -179,6 +199,9 @@ class StateStore:
 
     def read(self) -> SimState:
         """Call with the lock held."""
+        return self._read()[0]
+
+    def _read(self) -> tuple[SimState, str]:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError as exc:
@@ -186,33 +209,49 @@ class StateStore:
         except OSError as exc:
             raise SimStateError(f"cannot read simulator state {self.path}: {exc}") from exc
         try:
-            return SimState.from_json(json.loads(text))
+            return SimState.from_json(json.loads(text)), text
         except (ValueError, KeyError, TypeError) as exc:
             raise SimStateError(f"simulator state {self.path} is corrupt: {exc!r}") from exc
 
     def write(self, state: SimState) -> None:
         """Call with the lock held."""
         try:
-            write_atomic(self.path, json.dumps(state.to_json(), indent=1) + "\n")
+            write_atomic(self.path, _serialize(state))
         except OSError as exc:
             raise SimStateError(f"cannot write simulator state {self.path}: {exc}") from exc
 
     @contextmanager
-    def transaction(self) -> Iterator[SimState]:
+    def transaction(self, op: str | None = None) -> Iterator[SimState]:
         """Locked read-modify-write. If the body raises, nothing is written
         unless it set `keep_on_error`: an injected failure that fired must
-        still be counted, and a mid-way failure must leave its effect."""
-        with self.locked():
-            state = self.read()
-            before = state.to_json()
-            try:
-                yield state
-            except BaseException:
-                if state.keep_on_error:
-                    self.write(state)
-                raise
-            if state.to_json() != before:
-                self.write(state)
+        still be counted, and a mid-way failure must leave its effect.
+
+        With `op`, a "slow" fault injected for that operation is served
+        first: the lock is let go for the sleep (a slow call must not freeze
+        other processes) and the state read again after it."""
+        while True:
+            with self.locked():
+                state, text = self._read()
+                delay = state.slow.get(op, 0.0) if op is not None else 0.0
+                if delay <= 0:
+                    try:
+                        yield state
+                    except BaseException:
+                        if state.keep_on_error:
+                            self.write(state)
+                        raise
+                    # The text read is what our last write wrote, so an
+                    # unchanged state serializes to the same text.
+                    if _serialize(state) != text:
+                        self.write(state)
+                    return
+            time.sleep(delay)
+            op = None
+
+
+def _serialize(state: SimState) -> str:
+    # Compact: json's C encoder does not indent, and `jq .` reads it for people.
+    return json.dumps(state.to_json(), separators=(",", ":")) + "\n"
 
 
 def write_atomic(path: Path, text: str) -> None:
