@@ -24,7 +24,7 @@ from vnpu_agent.leases import LeaseRenewer
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import AllocationWatcher, NodeWatcher
-from vnpu_common import __version__, names
+from vnpu_common import __version__, eventloop, names
 from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.http import serve_http
 from vnpu_common.logs import configure_logging
@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(asyncio.CancelledError):
             await agent.run()
 
-    asyncio.run(runner())
+    eventloop.run(runner())
     faulthandler.cancel_dump_traceback_later()
     log.info("stopped")
     return 0

@@ -3,7 +3,6 @@ lifecycle, one active replica (Kopf standalone: no peering writes)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -13,7 +12,7 @@ from collections.abc import Sequence
 import kopf
 from kubernetes_asyncio import client, config
 
-from vnpu_common import __version__, names
+from vnpu_common import __version__, eventloop, names
 from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.http import serve_http
 from vnpu_common.logs import configure_logging
@@ -83,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_args(argv)
     configure_logging(settings.log_level, settings.log_format)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run(settings))
+        eventloop.run(run(settings))
     return 0
 
 
