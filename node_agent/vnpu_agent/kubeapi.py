@@ -30,9 +30,12 @@ class AgentApi:
         self.coordination = client.CoordinationV1Api(api_client)
         self.namespace = namespace
 
-    async def patch_allocation_status(self, obj: dict[str, Any], status: dict[str, Any]) -> bool:
+    async def patch_allocation_status(
+        self, obj: dict[str, Any], status: dict[str, Any]
+    ) -> str | None:
         """Sets the given status fields of the allocation `obj` describes,
-        guarded by its uid. False when the object is gone or was replaced."""
+        guarded by its uid. Returns the resourceVersion the write made, or
+        None when the object is gone or was replaced."""
         meta = obj["metadata"]
         ops = uid_guard(meta)
         if obj.get("status"):
@@ -40,7 +43,7 @@ class AgentApi:
         else:
             ops.append({"op": "add", "path": "/status", "value": status})
         try:
-            await call(
+            written = await call_json(
                 self.custom.patch_namespaced_custom_object_status,
                 names.GROUP,
                 names.VERSION,
@@ -54,9 +57,9 @@ class AgentApi:
             if exc.status in (404, 422):
                 log.info("allocation %s/%s gone or replaced; status not written",
                          meta["namespace"], meta["name"])  # fmt: skip
-                return False
+                return None
             raise
-        return True
+        return str((written.get("metadata") or {}).get("resourceVersion", ""))
 
     async def remove_finalizer(self, obj: dict[str, Any]) -> None:
         """JSON patch with `test`s of the uid and the list, so a replaced
