@@ -5,7 +5,8 @@ Why not Kopf's watch or kubernetes-asyncio's `Watch`: Kopf runs every event
 through its per-object workers, cause detection and handler machinery (at 200
 nodes that was over half of the operator's CPU, for handlers that only hand
 the object to a cache), and `Watch` turns pods into client model objects.
-Here an event costs one `json.loads` and one handler call.
+Here an event costs one `orjson.loads` (a third of `json.loads` for a pod)
+and one handler call.
 
 - The list is paged (`limit`/`continue`); a `continue` token that expired
   (410) restarts it.
@@ -27,11 +28,11 @@ handler only while it remembered them, i.e. for their last event).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common.backoff import Backoff
@@ -188,7 +189,7 @@ class Informer:
                 raise ApiException(status=resp.status, reason=resp.reason)
             while line := await resp.content.readline():
                 if line.strip():
-                    await self._event(json.loads(line))
+                    await self._event(orjson.loads(line))
         except BaseException:
             # A stream left mid-way must not go back to the pool: the next
             # request on that connection would read the rest of it.

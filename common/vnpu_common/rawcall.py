@@ -10,10 +10,10 @@ and raises the same `ApiException` the client would for a non-2xx status.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from kubernetes_asyncio.client.exceptions import ApiException
 
 
@@ -49,4 +49,4 @@ async def call(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> 
 async def call_json(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
     """Makes the request and returns its JSON body as plain dicts and lists."""
     _, data = await _raw(fn, *args, **kwargs)
-    return json.loads(data)
+    return orjson.loads(data)

@@ -8,13 +8,13 @@ dead server.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+import orjson
 from aiohttp import web
 
 from vnpu_common import names
@@ -208,7 +208,10 @@ class _Hooks:
             log.exception("admission of review %s failed", review.uid)
             error = web.Response(status=500, text="internal error; see the vnpu-operator log\n")
             return error, "error", ""
-        answer = web.json_response(review_response(review.uid, decision))
+        answer = web.Response(
+            body=orjson.dumps(review_response(review.uid, decision)),
+            content_type="application/json",
+        )
         if not decision.allowed:
             log.info(
                 "denied pod %s/%s (review %s): %s",
@@ -245,7 +248,7 @@ class _Hooks:
 def parse_review(body: bytes) -> ReviewRequest:
     """Raises BadReviewError naming the first thing wrong with the body."""
     try:
-        doc = json.loads(body)
+        doc = orjson.loads(body)
     except ValueError as exc:  # includes UnicodeDecodeError
         raise BadReviewError(f"body is not JSON: {exc}") from None
     if not isinstance(doc, dict):
@@ -286,7 +289,7 @@ def review_response(uid: str, decision: Decision) -> dict[str, Any]:
             "message": "\n".join(decision.problems),
         }
     if decision.patch:
-        patch = json.dumps(decision.patch, separators=(",", ":")).encode()
+        patch = orjson.dumps(decision.patch)
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(patch).decode("ascii")
     return {"apiVersion": ADMISSION_API_VERSION, "kind": ADMISSION_KIND, "response": response}
