@@ -370,12 +370,27 @@ async def churn(
     return time.monotonic() - t0
 
 
-async def wait_until(tracker: Tracker, cond: Callable[[], bool], timeout: float) -> bool:  # noqa: ASYNC109
-    deadline = time.monotonic() + timeout
+async def wait_until(
+    tracker: Tracker,
+    cond: Callable[[], bool],
+    timeout: float,  # noqa: ASYNC109
+    *,
+    progress: Callable[[], None] | None = None,
+    every: float = 30.0,
+) -> bool:
+    """True once `cond` holds, False at the timeout; `progress` is called
+    every `every` seconds meanwhile (a 1000-node fill takes minutes)."""
+    start = time.monotonic()
+    deadline = start + timeout
+    told = start
     while not cond():
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        left = deadline - now
         if left <= 0:
             return False
+        if progress is not None and now - told >= every:
+            progress()
+            told = now
         tracker.changed.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(tracker.changed.wait(), timeout=min(left, 1.0))
@@ -391,9 +406,22 @@ async def burst_create(driver: Driver, pods: list[PodTimes]) -> float:
     return t0
 
 
-async def delete_all(driver: Driver, pods: list[PodTimes], timeout: float) -> bool:  # noqa: ASYNC109
+async def delete_all(
+    driver: Driver,
+    pods: list[PodTimes],
+    timeout: float,  # noqa: ASYNC109
+    say: Callable[[str], None] | None = None,
+) -> bool:
     for pod in pods:
         if pod.delete_called is None and pod.created is not None:
             driver.spawn(driver.delete(pod))
     await driver.drain()
-    return await wait_until(driver.tracker, lambda: all(p.gone for p in pods if p.created), timeout)
+    created = [p for p in pods if p.created]
+
+    def progress() -> None:
+        if say is not None:
+            say(f"deleting: {sum(1 for p in created if p.gone)} of {len(created)} pods gone")
+
+    return await wait_until(
+        driver.tracker, lambda: all(p.gone for p in created), timeout, progress=progress
+    )

@@ -153,8 +153,16 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     fill = [load.PodTimes(f"f-{i:05d}", template, count) for i in range(capacity + waiting_n)]
     say(f"fill: {len(fill)} pods of {count} x {template} (capacity {capacity}) as fast as possible")
     t0 = await load.burst_create(driver, fill)
-    await load.wait_until(tracker, lambda: sum(1 for p in fill if p.ungated) >= capacity,
-                          args.timeout)  # fmt: skip
+
+    def placed_so_far() -> int:
+        return sum(1 for p in fill if p.ungated)
+
+    await load.wait_until(
+        tracker,
+        lambda: placed_so_far() >= capacity,
+        args.timeout,
+        progress=lambda: say(f"fill: {placed_so_far()} of {capacity} placed"),
+    )
     await asyncio.sleep(5)  # nothing else should be placed
     placed = [p for p in fill if p.ungated]
     waiting = [p for p in fill if not p.ungated and p.created]
@@ -182,7 +190,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         f"fill: {len(placed)} placed in {last - t0:.1f}s ({report.fmt(ours_tp, '')}/s); "
         f"{len(waiting)} waited, placed after freeing in max {report.fmt(max(w2p, default=None))}"
     )
-    if not await load.delete_all(driver, fill, args.timeout):
+    if not await load.delete_all(driver, fill, args.timeout, say):
         correctness["fill_pods_not_gone"] = sum(1 for p in fill if p.created and not p.gone)
 
     # -- idle
