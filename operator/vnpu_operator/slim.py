@@ -72,6 +72,31 @@ def extended_resources(status: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+# What it reads of an allocation's status (lifecycle.AllocView): the agent's
+# conditions repeat the phase in words, a third of a cached allocation.
+ALLOCATION_STATUS_READ = ("phase", "message")
+
+
+def slim_allocation(obj: Mapping[str, Any]) -> Raw:
+    """An allocation as the controller keeps it: all but managedFields and
+    the status conditions."""
+    status = obj.get("status") or {}
+    return {
+        "apiVersion": obj.get("apiVersion", names.API_VERSION),
+        "kind": obj.get("kind", names.ALLOCATION_KIND),
+        "metadata": _metadata(obj),
+        "spec": obj.get("spec") or {},
+        "status": {k: status[k] for k in ALLOCATION_STATUS_READ if k in status},
+    }
+
+
+def identity(obj: Mapping[str, Any]) -> Raw:
+    """What an informer keeps of an object whose slim copy the controller
+    holds: enough to report it gone."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {k: meta.get(k) for k in ("uid", "name", "namespace")}}
+
+
 def slim_object(body: Mapping[str, Any]) -> Raw:
     """Our own kinds (allocations, VNPUNodes), kept whole but for
     managedFields. A shallow copy: Kopf swaps the body's underlying dict on

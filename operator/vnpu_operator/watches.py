@@ -21,7 +21,7 @@ from vnpu_common import names
 from vnpu_common.informer import DELETED, Handler, Informer, ListCall, Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES, Controller
-from vnpu_operator.slim import slim_object
+from vnpu_operator.slim import identity, slim_allocation
 
 SOURCE_PODS, SOURCE_ALLOCATIONS = SOURCES[1:]
 
@@ -50,10 +50,7 @@ def _uid(obj: Raw) -> str:
 def _pod_identity(pod: Raw) -> Raw | None:
     """What the informer remembers of a managed pod (the controller keeps its
     own slim copy): enough to tell the controller it is gone."""
-    if not managed_pod(pod):
-        return None
-    meta = pod.get("metadata") or {}
-    return {"metadata": {k: meta.get(k) for k in ("uid", "name", "namespace")}}
+    return identity(pod) if managed_pod(pod) else None
 
 
 def _informer(
@@ -91,6 +88,19 @@ def pod_informer(
     )
 
 
+def last_known_allocation(controller: Controller, obj: Raw) -> Raw:
+    """The allocation a DELETED event is about. After a re-list the informer
+    reports a vanished object by what it kept of it, its identity: the
+    controller's copy has the rest (its pod, whether it was being deleted)."""
+    if "spec" in obj:
+        return slim_allocation(obj)
+    meta = obj.get("metadata") or {}
+    cached = controller.allocs.get(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    if cached is not None and _uid(cached) == _uid(obj):
+        return cached
+    return slim_allocation(obj)
+
+
 def allocation_informer(
     api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
 ) -> Informer:
@@ -99,9 +109,9 @@ def allocation_informer(
 
     async def handle(kind: str, obj: Raw) -> None:
         if kind == DELETED:
-            controller.allocation_gone(slim_object(obj))
+            controller.allocation_gone(last_known_allocation(controller, obj))
         else:
-            controller.allocation_seen(slim_object(obj))
+            controller.allocation_seen(slim_allocation(obj))
 
     list_call = partial(custom.list_cluster_custom_object, names.GROUP, names.VERSION, plural)
-    return _informer(SOURCE_ALLOCATIONS, list_call, handle, slim_object, controller, settings)
+    return _informer(SOURCE_ALLOCATIONS, list_call, handle, identity, controller, settings)

@@ -25,6 +25,8 @@ from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leases import parse_time
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.podstate import Write
+from vnpu_operator.slim import identity, slim_allocation
+from vnpu_operator.watches import last_known_allocation
 
 NOW = 1_800_000_000.0
 
@@ -491,3 +493,43 @@ async def test_the_pod_is_patched_once_while_the_cache_still_shows_it_gated() ->
     w.controller.pod_event("MODIFIED", pod())  # still the gated version
     await w.settle()
     assert len(w.api.of("patch_pod")) == 1
+
+
+async def test_an_allocation_gone_during_a_relist_is_released_by_its_last_known_copy() -> None:
+    """After a re-list the informer reports a vanished allocation by the
+    identity it kept (uid, name, namespace); the watch handler reads the rest
+    from the controller's copy, so the pod still hears its allocation is gone
+    and its finalizer comes off."""
+    w = World()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod())
+    await w.settle()
+    (body,) = w.created()
+    seen = {**body, "metadata": {**body["metadata"], "uid": "a1"}}
+    seen["status"] = {
+        "phase": names.PHASE_READY,
+        "conditions": [{"type": "Ready", "status": "True", "message": "kept by nobody"}],
+    }
+    w.controller.allocation_seen(slim_allocation(seen))
+    await w.settle()
+    kept = w.controller.allocs[f"ns/{body['metadata']['name']}"]
+    assert kept["status"] == {"phase": names.PHASE_READY}  # conditions are not cached
+
+    deleted = pod()
+    deleted["spec"].pop("schedulingGates")
+    deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    w.controller.pod_event("MODIFIED", deleted)
+    await w.settle()
+    assert w.api.of("delete_allocation") == [f"ns/{body['metadata']['name']}"]
+    terminating = {**seen, "metadata": {**seen["metadata"], "deletionTimestamp": "x"}}
+    w.controller.allocation_seen(slim_allocation(terminating))
+
+    # Another object of the same name (another uid) is not taken for it.
+    other = {"metadata": {"uid": "a2", "name": body["metadata"]["name"], "namespace": "ns"}}
+    assert last_known_allocation(w.controller, other)["metadata"]["uid"] == "a2"
+
+    w.controller.allocation_gone(last_known_allocation(w.controller, identity(terminating)))
+    await w.settle()
+    assert w.api.of("remove_pod_finalizer") == ["p"]
+    assert "u1" not in w.controller.allocs_by_pod
