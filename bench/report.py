@@ -243,10 +243,13 @@ def print_table(r: dict[str, Any]) -> None:
             f"{st['nodes_ready_s']:.1f}s / {st['agents_to_all_vnpunodes_s']:.1f}s / "
             f"{st['operator_ready_s']:.1f}s")  # fmt: skip
     print("-- churn (ours)")
+    floor = r.get("floor")
     for key, label in (("ungate", "created -> ungated"), ("gone", "deleted -> gone")):
         s = r["churn"][key]
-        f = r["floor"]["churn"][key]
         row(label, "  ".join(f"{p} {fmt(s.get(p))}" for p in ("p50", "p90", "p99", "max")))
+        if floor is None:
+            continue
+        f = floor["churn"][key]
         row(
             f"  floor {label}",
             "  ".join(f"{p} {fmt(f.get(p))}" for p in ("p50", "p90", "p99", "max")),
@@ -254,9 +257,13 @@ def print_table(r: dict[str, Any]) -> None:
         row("  ratio ours/floor p50, p99", f"{fmt(r['ratios'][key + '_p50'], 'x')}  "
             f"{fmt(r['ratios'][key + '_p99'], 'x')}")  # fmt: skip
     b = r["burst"]
-    row("burst throughput ours / floor (pods/s)", f"{fmt(b['ours_pods_per_s'], '')} / "
-        f"{fmt(b['floor_pods_per_s'], '')}"
-        f"  ratio {fmt(r['ratios']['throughput'], 'x')}")  # fmt: skip
+    if floor is None:
+        row("burst throughput ours (pods/s)",
+            f"{fmt(b['ours_pods_per_s'], '')}  (floor not replayed)")  # fmt: skip
+    else:
+        row("burst throughput ours / floor (pods/s)", f"{fmt(b['ours_pods_per_s'], '')} / "
+            f"{fmt(b['floor_pods_per_s'], '')}"
+            f"  ratio {fmt(r['ratios']['throughput'], 'x')}")  # fmt: skip
     f2 = r["fill"]
     row("fill: placed / waiting / freed", f"{f2['placed']} / {f2['waiting']} / {f2['freed']}")
     row("  capacity freed -> waiting pod ungated",

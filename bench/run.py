@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -250,41 +251,19 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         for k, v in late.items():
             correctness[f"after_floors_{k}"] += v
 
-    say("floor: stopping the operator (and its webhooks); same churn and burst, no logic")
     await asyncio.to_thread(cluster.stop_operator)
     await tracker.stop()
-    # The floor writes what the operator writes, so it needs the operator's identity: the
-    # protection policies let nobody else create allocations or ungate pods.
-    fapi = await load.api_client(plane.operator_kubeconfig, load.FLOOR_UA, args.concurrency)
-    ftracker = load.Tracker(core, "bench-floor", load.FLOOR_GATE)
-    ftracker.start()
-    await ftracker.synced.wait()
-    writer = load.FloorWriter(fapi, "bench-floor", cluster.nodes)
-    fdriver = load.Driver(core, "bench-floor", ftracker, limit, floor=writer)
-    fpods = load.mix_pods("c", args.pods)
-    fchurn_s = await load.churn(fdriver, fpods, args.rate, args.hold, args.timeout)
-    fung = [x for p in fpods if (x := p.ungate_latency()) is not None]
-    fgone = [x for p in fpods if (x := p.gone_latency()) is not None]
-    fburst = [load.PodTimes(f"f-{i:05d}", template, count) for i in range(len(placed))]
-    ft0 = await load.burst_create(fdriver, fburst)
-    await load.wait_until(ftracker, lambda: all(p.ungated for p in fburst), args.timeout)
-    flast = max((p.ungated for p in fburst if p.ungated), default=ft0)
-    floor_tp = len(fburst) / (flast - ft0) if flast > ft0 else None
-    await load.delete_all(fdriver, fburst, args.timeout)
-    await ftracker.stop()
-    out["floor"] = {
-        "churn": {"duration_s": fchurn_s, "ungate": report.summary(fung),
-                  "gone": report.summary(fgone)},
-        "errors": (fdriver.errors + writer.errors)[:20],
-    }  # fmt: skip
+    floor_tp: float | None = None
+    if args.floor_replay:
+        say("floor: the operator (and its webhooks) stopped; same churn and burst, no logic")
+        out["floor"], floor_tp = await floor_replay(cluster, core, limit, len(placed), args, say)
+        out["ratios"] = {
+            f"{key}_{p}": ratio(out["churn"][key][p], out["floor"]["churn"][key][p])
+            for key in ("ungate", "gone")
+            for p in ("p50", "p99")
+        }
+        out["ratios"]["throughput"] = ratio(ours_tp, floor_tp)
     out["burst"] = {"pods": len(placed), "ours_pods_per_s": ours_tp, "floor_pods_per_s": floor_tp}
-    out["ratios"] = {
-        "ungate_p50": ratio(out["churn"]["ungate"]["p50"], out["floor"]["churn"]["ungate"]["p50"]),
-        "ungate_p99": ratio(out["churn"]["ungate"]["p99"], out["floor"]["churn"]["ungate"]["p99"]),
-        "gone_p50": ratio(out["churn"]["gone"]["p50"], out["floor"]["churn"]["gone"]["p50"]),
-        "gone_p99": ratio(out["churn"]["gone"]["p99"], out["floor"]["churn"]["gone"]["p99"]),
-        "throughput": ratio(ours_tp, floor_tp),
-    }
     if args.floors or args.rate_search:
         await asyncio.to_thread(floors.ensure_namespace, cluster, floors.BASE_NS)
     if args.floors:
@@ -311,7 +290,48 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         )
     out["correctness"] = dict(correctness)
     await api.close()
-    await fapi.close()
+
+
+async def floor_replay(
+    cluster: Cluster,
+    core: client.CoreV1Api,
+    limit: asyncio.Semaphore,
+    burst: int,
+    args: argparse.Namespace,
+    say: Callable[[str], None],
+) -> tuple[dict[str, Any], float | None]:
+    """The churn and a burst of `burst` fill pods again, the operator's
+    writes made by a logic-free script (load.FloorWriter): the floor's
+    results, and its burst throughput."""
+    # The floor writes what the operator writes, so it needs the operator's identity: the
+    # protection policies let nobody else create allocations or ungate pods.
+    fapi = await load.api_client(cluster.plane.operator_kubeconfig, load.FLOOR_UA, args.concurrency)
+    try:
+        ftracker = load.Tracker(core, "bench-floor", load.FLOOR_GATE)
+        ftracker.start()
+        await ftracker.synced.wait()
+        writer = load.FloorWriter(fapi, "bench-floor", cluster.nodes)
+        fdriver = load.Driver(core, "bench-floor", ftracker, limit, floor=writer)
+        fpods = load.mix_pods("c", args.pods)
+        fchurn_s = await load.churn(fdriver, fpods, args.rate, args.hold, args.timeout)
+        fung = [x for p in fpods if (x := p.ungate_latency()) is not None]
+        fgone = [x for p in fpods if (x := p.gone_latency()) is not None]
+        template, count = load.FILL
+        fburst = [load.PodTimes(f"f-{i:05d}", template, count) for i in range(burst)]
+        ft0 = await load.burst_create(fdriver, fburst)
+        await load.wait_until(ftracker, lambda: all(p.ungated for p in fburst), args.timeout)
+        flast = max((p.ungated for p in fburst if p.ungated), default=ft0)
+        floor_tp = len(fburst) / (flast - ft0) if flast > ft0 else None
+        await load.delete_all(fdriver, fburst, args.timeout, say)
+        await ftracker.stop()
+    finally:
+        await fapi.close()
+    result = {
+        "churn": {"duration_s": fchurn_s, "ungate": report.summary(fung),
+                  "gone": report.summary(fgone)},
+        "errors": (fdriver.errors + writer.errors)[:20],
+    }  # fmt: skip
+    return result, floor_tp
 
 
 def search(args: argparse.Namespace) -> Search:
@@ -341,6 +361,13 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="Kopf floor and baseline phases (default: on, off with --quick)",
+    )
+    p.add_argument(
+        "--floor-replay",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="replay the churn and burst with a logic-free writer in place of the operator "
+        "(default: on; off in bench-1000, where it would add minutes)",
     )
     p.add_argument(
         "--kopf-floor-pods",
