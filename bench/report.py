@@ -300,6 +300,14 @@ def print_table(r: dict[str, Any]) -> None:
         row("churn CPU s by process", f"{busy:.2f} of the cores busy on average")
         for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
             row(f"  {name}", f"{seconds:.1f}s")
+    lean = r["churn"].get("cpu_ms_per_pod_over_idle") or {}
+    if lean:
+        agents = sum(v for k, v in lean.items() if k.startswith("vnpu-agent"))
+        idle = r["idle"].get("cpu_per_s") or {}
+        agents_idle = sum(v for k, v in idle.items() if k.startswith("vnpu-agent"))
+        row("CPU ms per pod, idle rate taken out", f"operator {lean.get('vnpu-operator', 0):.1f}, "
+            f"agent(s) {agents:.1f}  (idle: agent(s) {1000 * agents_idle:.0f} ms/s, "
+            "Lease renewals and resyncs)")  # fmt: skip
     print_floors(r, row)
     print("-- correctness (all must be 0)")
     for k, v in r["correctness"].items():

@@ -100,11 +100,11 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     req0 = report.apiserver_requests(plane)
     hooks0 = report.webhook_calls(plane)
     say(f"churn: {args.pods} pods at {args.rate}/s, held {args.hold}s")
-    cpu_start = cpu_by_process(cluster)
+    cpu_start, t_cpu0 = cpu_by_process(cluster), time.monotonic()
     snap_task = asyncio.create_task(_mid_snapshot(cluster, args))
     churn_s = await load.churn(driver, pods, args.rate, args.hold, args.timeout)
     mid = await snap_task
-    cpu_end = cpu_by_process(cluster)
+    cpu_end, cpu_window = cpu_by_process(cluster), time.monotonic() - t_cpu0
     off1 = settle_audit(plane.audit_log)
     req1 = report.apiserver_requests(plane)
     hooks1 = report.webhook_calls(plane)
@@ -130,6 +130,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         "errors": driver.errors[:20],
         "our_events": await report.events_by_reason(core, "bench"),
         "cpu_seconds": {k: round(v - cpu_start.get(k, 0), 1) for k, v in cpu_end.items()},
+        "cpu_window_s": cpu_window,
         "webhook_calls_per_pod": {
             k: v / max(1, len(pods)) for k, v in sorted((hooks1 - hooks0).items())
         },
@@ -202,7 +203,9 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         correctness[k] += v
     a = plane.audit_log.stat().st_size
     say(f"idle {args.idle}s")
+    idle_cpu0, t_idle0 = cpu_by_process(cluster), time.monotonic()
     await asyncio.sleep(args.idle)
+    idle_cpu1, idle_s = cpu_by_process(cluster), time.monotonic() - t_idle0
     idle_events = report.audit_events(plane.audit_log, a, plane.audit_log.stat().st_size)
     ours = [e for e in idle_events if report.component(e) in report.OURS.values()]
     kinds = Counter(report.what(e) for e in ours)
@@ -210,7 +213,11 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         "seconds": args.idle, "writes_per_s": len(ours) / args.idle,
         "non_lease_writes": sum(v for k, v in kinds.items() if not k.endswith(" leases")),
         "kinds": dict(kinds),
+        "cpu_per_s": {k: (v - idle_cpu0.get(k, 0)) / idle_s for k, v in idle_cpu1.items()},
     }  # fmt: skip
+    out["churn"]["cpu_ms_per_pod_over_idle"] = over_idle(
+        out["churn"]["cpu_seconds"], out["idle"]["cpu_per_s"], cpu_window, len(pods)
+    )
     correctness["idle_non_lease_writes"] = out["idle"]["non_lease_writes"]
 
     # -- process stats, then the floor with the operator stopped
@@ -332,6 +339,18 @@ async def floor_replay(
         "errors": (fdriver.errors + writer.errors)[:20],
     }  # fmt: skip
     return result, floor_tp
+
+
+def over_idle(
+    churn_cpu: dict[str, float], idle_per_s: dict[str, float], window_s: float, pods: int
+) -> dict[str, float]:
+    """CPU ms per pod of each process with what it burns idle taken out: for
+    the agents, the Lease renewals and resyncs of every node they serve,
+    which the churn's CPU includes and which do not grow with pods."""
+    return {
+        k: 1000 * max(0.0, v - idle_per_s.get(k, 0.0) * window_s) / max(1, pods)
+        for k, v in churn_cpu.items()
+    }
 
 
 def search(args: argparse.Namespace) -> Search:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bench.floors import compare, per_event
 from bench.report import pct, summary, webhook_calls_in
+from bench.run import over_idle
 
 
 def test_percentiles_are_nearest_rank() -> None:
@@ -48,3 +49,14 @@ def test_cpu_per_event_in_milliseconds() -> None:
     assert per_event(2.0, 1000) == 2.0
     assert per_event(1.0, 0) is None
     assert per_event(None, 10) is None
+
+
+def test_cpu_per_pod_with_the_idle_rate_taken_out() -> None:
+    # 100 pods over a 20 s window; the agent burns 0.1 s/s idle (Leases,
+    # resyncs): 2 of its 5 s are not the pods'. Never below zero.
+    churn = {"vnpu-agent-0": 5.0, "vnpu-operator": 1.2, "etcd": 0.5}
+    idle = {"vnpu-agent-0": 0.1, "vnpu-operator": 0.01, "etcd": 0.5}
+    lean = over_idle(churn, idle, 20.0, 100)
+    assert lean["vnpu-agent-0"] == 30.0
+    assert abs(lean["vnpu-operator"] - 10.0) < 1e-9
+    assert lean["etcd"] == 0.0
