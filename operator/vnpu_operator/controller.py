@@ -260,10 +260,14 @@ class Controller:
         self.expect.seen(Write.CREATE, key)
         if pod_uid:
             self.allocs_by_pod.setdefault(pod_uid, set()).add(key)
-        try:
-            self.ledger.add_allocation(Allocation.from_api(obj))
-        except InvalidAllocationError as exc:
-            log.warning("allocation %s is unreadable, not booked: %s", key, exc)
+        # The spec is immutable (the CRD refuses changes to it), so a status
+        # or metadata change of an allocation the ledger has read needs no
+        # second reading: that validation was most of an event's cost.
+        if old is None or old.get("spec") != obj.get("spec") or _uid(old) != _uid(obj):
+            try:
+                self.ledger.add_allocation(Allocation.from_api(obj))
+            except InvalidAllocationError as exc:
+                log.warning("allocation %s is unreadable, not booked: %s", key, exc)
         if _phase(obj) == names.PHASE_FAILED and _phase(old) != names.PHASE_FAILED:
             node = (obj.get("spec") or {}).get("nodeName", "")
             self.metrics.allocation_failures.labels(node).inc()
