@@ -5,15 +5,11 @@ as usual (vnpu_agent.node.NodeAgent.on_event)."""
 from __future__ import annotations
 
 import copy
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import pytest
 
-from vnpu_agent.config import AgentSettings
-from vnpu_agent.drivers.sim import SimDriver
-from vnpu_agent.kubeapi import AgentApi
-from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_common import names
 
@@ -78,23 +74,8 @@ def allocation() -> dict[str, Any]:
 
 
 @pytest.fixture
-async def agent(tmp_path: Path) -> NodeAgent:
-    settings = AgentSettings(
-        simulate_nodes=["n1"],
-        state_dir=tmp_path / "state",
-        cdi_dir=tmp_path / "cdi",
-        inventory_min_interval_seconds=3600,
-    )
-    sim = SimDriver(tmp_path / "sim.json", "910B3=1")
-    agent = NodeAgent(
-        "n1",
-        sim,
-        cast(AgentApi, ServerApi(allocation())),
-        settings,
-        AgentMetrics(),
-        synced=lambda: True,
-    )
-    await agent.refresh_driver()
+async def agent(new_agent: Callable[..., Awaitable[NodeAgent]]) -> NodeAgent:
+    agent = await new_agent(ServerApi(allocation()), chips="910B3=1", interval=3600)
     agent._started = True
     return agent
 

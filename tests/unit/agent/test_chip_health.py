@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
-from vnpu_agent.config import AgentSettings
 from vnpu_agent.drivers.sim import SimDriver
-from vnpu_agent.kubeapi import AgentApi
-from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_common import names
 
@@ -46,18 +44,8 @@ def sim(tmp_path: Path) -> SimDriver:
 
 
 @pytest.fixture
-async def agent(tmp_path: Path, sim: SimDriver) -> NodeAgent:
-    settings = AgentSettings(
-        simulate_nodes=["n1"],
-        state_dir=tmp_path / "state",
-        cdi_dir=tmp_path / "cdi",
-        inventory_min_interval_seconds=0,
-    )
-    agent = NodeAgent(
-        "n1", sim, cast(AgentApi, RecordingApi()), settings, AgentMetrics(), synced=lambda: True
-    )
-    await agent.refresh_driver()
-    return agent
+async def agent(new_agent: Callable[..., Awaitable[NodeAgent]], sim: SimDriver) -> NodeAgent:
+    return await new_agent(RecordingApi(), driver=sim)
 
 
 def chips_healthy(api: RecordingApi) -> dict[str, Any]:

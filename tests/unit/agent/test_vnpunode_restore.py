@@ -9,16 +9,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from pathlib import Path
-from typing import Any, cast
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from vnpu_agent import node as node_module
-from vnpu_agent.config import AgentSettings
-from vnpu_agent.drivers.sim import SimDriver
-from vnpu_agent.kubeapi import AgentApi
-from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_common import names
 
@@ -72,20 +68,13 @@ def api() -> RecordingApi:
 
 
 @pytest.fixture
-async def agent(tmp_path: Path, api: RecordingApi, monkeypatch: pytest.MonkeyPatch) -> NodeAgent:
+async def agent(
+    new_agent: Callable[..., Awaitable[NodeAgent]],
+    api: RecordingApi,
+    monkeypatch: pytest.MonkeyPatch,
+) -> NodeAgent:
     monkeypatch.setattr(node_module, "RESTORE_SETTLE_SECONDS", SETTLE)
-    settings = AgentSettings(
-        simulate_nodes=["n1"],
-        state_dir=tmp_path / "state",
-        cdi_dir=tmp_path / "cdi",
-        inventory_min_interval_seconds=0,
-    )
-    driver = SimDriver(tmp_path / "sim.json", "910B3=2")
-    agent = NodeAgent(
-        "n1", driver, cast(AgentApi, api), settings, AgentMetrics(), synced=lambda: True
-    )
-    await agent.refresh_driver()
-    return agent
+    return await new_agent(api)
 
 
 def served(api: RecordingApi) -> dict[str, Any]:
