@@ -112,7 +112,7 @@ async def kopf_floor_phase(
     op_events = counts.get("operator", {}).get("events", 0.0) * pods
     agent_events = counts.get("agent", {}).get("events", 0.0) * pods
     op_cpu = cpu1.get("vnpu-operator", 0) - cpu0.get("vnpu-operator", 0)
-    agent_cpu = sum(v - cpu0.get(k, 0) for k, v in cpu1.items() if k.startswith("vnpu-agent"))
+    agent_cpu = report.agents_total({k: v - cpu0.get(k, 0) for k, v in cpu1.items()})
     out: dict[str, Any] = {
         "pods": pods, "duration_s": duration,
         "watch_per_pod": counts,

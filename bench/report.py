@@ -9,6 +9,7 @@ import re
 import ssl
 import urllib.request
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,13 @@ from vnpu_common.rawcall import call_json
 
 OURS = {names.USER_AGENT_OPERATOR: "operator", names.USER_AGENT_AGENT: "agent"}
 OTHERS = {"vnpu-bench": "bench-driver", "vnpu-floor": "floor"}
+# The benchmark's names of the agent processes: vnpu-agent-0, -1, ...
+AGENT_PROCESS = "vnpu-agent"
+
+
+def agents_total(by_process: Mapping[str, float]) -> float:
+    """The sum over every agent process of a per-process figure."""
+    return sum(v for k, v in by_process.items() if k.startswith(AGENT_PROCESS))
 
 
 def pct(values: list[float], p: float) -> float | None:
@@ -302,9 +310,8 @@ def print_table(r: dict[str, Any]) -> None:
             row(f"  {name}", f"{seconds:.1f}s")
     lean = r["churn"].get("cpu_ms_per_pod_over_idle") or {}
     if lean:
-        agents = sum(v for k, v in lean.items() if k.startswith("vnpu-agent"))
-        idle = r["idle"].get("cpu_per_s") or {}
-        agents_idle = sum(v for k, v in idle.items() if k.startswith("vnpu-agent"))
+        agents = agents_total(lean)
+        agents_idle = agents_total(r["idle"].get("cpu_per_s") or {})
         row("CPU ms per pod, idle rate taken out", f"operator {lean.get('vnpu-operator', 0):.1f}, "
             f"agent(s) {agents:.1f}  (idle: agent(s) {1000 * agents_idle:.0f} ms/s, "
             "Lease renewals and resyncs)")  # fmt: skip

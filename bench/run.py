@@ -65,7 +65,7 @@ def cpu_by_process(cluster: Cluster) -> dict[str, float]:
         pids["vnpu-operator"] = cluster.operator.proc.pid
     for i, agent in enumerate(cluster.agents):
         if agent.proc:
-            pids[f"vnpu-agent-{i}"] = agent.proc.pid
+            pids[f"{report.AGENT_PROCESS}-{i}"] = agent.proc.pid
     out = {}
     for name, pid in pids.items():
         try:

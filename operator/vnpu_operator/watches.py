@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from vnpu_common import names
-from vnpu_common.informer import DELETED, Handler, Informer, ListCall, Raw
+from vnpu_common.informer import DELETED, Handler, Informer, ListCall, Raw, key_of
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES, Controller
 from vnpu_operator.slim import identity, slim_allocation
@@ -94,8 +94,7 @@ def last_known_allocation(controller: Controller, obj: Raw) -> Raw:
     controller's copy has the rest (its pod, whether it was being deleted)."""
     if "spec" in obj:
         return slim_allocation(obj)
-    meta = obj.get("metadata") or {}
-    cached = controller.allocs.get(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    cached = controller.allocs.get(key_of(obj))
     if cached is not None and _uid(cached) == _uid(obj):
         return cached
     return slim_allocation(obj)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.floors import compare, per_event
-from bench.report import pct, summary, webhook_calls_in
+from bench.report import agents_total, pct, summary, webhook_calls_in
 from bench.run import over_idle
 
 
@@ -60,3 +60,9 @@ def test_cpu_per_pod_with_the_idle_rate_taken_out() -> None:
     assert lean["vnpu-agent-0"] == 30.0
     assert abs(lean["vnpu-operator"] - 10.0) < 1e-9
     assert lean["etcd"] == 0.0
+
+
+def test_agent_processes_are_summed_by_their_name() -> None:
+    per_process = {"vnpu-agent-0": 1.5, "vnpu-agent-3": 2.0, "vnpu-operator": 9.0, "etcd": 4.0}
+    assert agents_total(per_process) == 3.5
+    assert agents_total({"vnpu-operator": 1.0}) == 0
