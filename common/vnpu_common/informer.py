@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -50,7 +50,7 @@ ADDED, MODIFIED, DELETED, SYNC = "ADDED", "MODIFIED", "DELETED", "SYNC"
 PAGE_SIZE = 500
 
 
-def key_of(obj: Raw) -> str:
+def key_of(obj: Mapping[str, Any]) -> str:
     """namespace/name (cluster-scoped objects: /name)."""
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"

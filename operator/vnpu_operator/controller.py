@@ -25,6 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import names
 from vnpu_common.backoff import Backoff
+from vnpu_common.informer import key_of
 from vnpu_common.rawcall import describe
 from vnpu_common.workqueue import WorkQueue
 from vnpu_operator.admission import OfferedTemplates
@@ -67,11 +68,6 @@ log = logging.getLogger(__name__)
 SOURCES = ("kopf", "pods", "allocations")
 
 Raw = dict[str, Any]
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
@@ -254,7 +250,7 @@ class Controller:
         self.kick(uid)
 
     def allocation_seen(self, obj: Raw) -> None:
-        key, pod_uid = _key(obj), _alloc_pod_uid(obj)
+        key, pod_uid = key_of(obj), _alloc_pod_uid(obj)
         old = self.allocs.get(key)
         self.allocs[key] = obj
         self.expect.seen(Write.CREATE, key)
@@ -275,7 +271,7 @@ class Controller:
             self.kick(pod_uid)
 
     def allocation_gone(self, obj: Raw) -> None:
-        key, pod_uid = _key(obj), _alloc_pod_uid(obj)
+        key, pod_uid = key_of(obj), _alloc_pod_uid(obj)
         cached = self.allocs.pop(key, None)
         state = self.states.get(pod_uid)
         if cached is not None and state is not None and not self.expect.pending(Write.DELETE, key):
@@ -406,7 +402,7 @@ class Controller:
             lost_told=state.lost_told,
             node_gone=node_gone,
         )
-        log.debug("pod %s (%s): %s %s", _key(pod), uid, step.kind, step.message)
+        log.debug("pod %s (%s): %s %s", key_of(pod), uid, step.kind, step.message)
         for edit in hand_edits(pod, views):
             if edit not in state.hand_edits:
                 state.hand_edits.add(edit)
@@ -504,7 +500,7 @@ class Controller:
         if not state.vanished:
             return True
         if await self.api.pod_gone(pod):
-            log.warning("pod %s is gone without a watch event; forgetting it", _key(pod))
+            log.warning("pod %s is gone without a watch event; forgetting it", key_of(pod))
             self.pod_event("DELETED", pod)
             return False
         state.vanished.clear()
@@ -531,7 +527,9 @@ class Controller:
                 # The pod changed under us (a newer version is on its way to
                 # the cache) or is gone; the next event reconciles again.
                 log.info(
-                    "pod %s: pin patch refused (%s); waiting for a newer pod", _key(pod), exc.status
+                    "pod %s: pin patch refused (%s); waiting for a newer pod",
+                    key_of(pod),
+                    exc.status,
                 )
                 return
             raise

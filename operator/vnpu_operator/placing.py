@@ -9,10 +9,11 @@ a booking whose object could not be created is given back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from typing import Any
 
 from vnpu_common import names
+from vnpu_common.informer import key_of
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi, allocation_body
 from vnpu_operator.metrics import OperatorMetrics
@@ -32,11 +33,6 @@ from vnpu_operator.preempting import Preemption
 log = logging.getLogger(__name__)
 
 Raw = dict[str, Any]
-
-
-def _key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 class Placer:
@@ -85,7 +81,7 @@ class Placer:
             )
             return
         except PlacementError as exc:
-            log.error("pod %s: placement refused: %s", _key(pod), exc)
+            log.error("pod %s: placement refused: %s", key_of(pod), exc)
             await self.notices.tell(
                 pod, state, names.REASON_PLACEMENT_CONFLICT, str(exc), condition=True, warning=True
             )
@@ -117,5 +113,5 @@ class Placer:
                         self.ledger.remove_allocation(other.key)
                 raise
             self.expect.sent(Write.CREATE, alloc.key)
-        log.info("pod %s placed on %s: vNPU %s", _key(pod), result.node, result.visible_devices)
+        log.info("pod %s placed on %s: vNPU %s", key_of(pod), result.node, result.visible_devices)
         await self.preemption.release_claim(pod, state)

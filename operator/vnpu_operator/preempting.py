@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vnpu_common import names
+from vnpu_common.informer import key_of
 from vnpu_common.rawcall import describe
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi
@@ -47,11 +48,6 @@ RETRY_MAX_SECONDS = 300.0
 # Plans checked by a dry run per attempt: each refusal protects one more pod,
 # and the ledger may move while a dry run is on the wire.
 MAX_ROUNDS = 8
-
-
-def _key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def priority(pod: Mapping[str, Any]) -> int:
@@ -116,7 +112,7 @@ class Preemption:
             return
         if self.ledger.nomination(request.uid) is None:
             self.ledger.nominate(request, node)
-            log.info("pod %s: claim on node %s restored", _key(pod), node)
+            log.info("pod %s: claim on node %s restored", key_of(pod), node)
 
     def forget(self, uid: str) -> None:
         """Drops the pod's claim, if any; what it held is free to others."""
@@ -149,7 +145,7 @@ class Preemption:
                 or (obj.get("metadata") or {}).get("deletionTimestamp")
             ):
                 namespace = alloc.key.partition("/")[0]
-                out.add(_key(pod) if pod is not None else f"{namespace}/{alloc.pod_name}")
+                out.add(key_of(pod) if pod is not None else f"{namespace}/{alloc.pod_name}")
         return out
 
     def _waiting_on(self, claim: Nomination) -> list[str]:
@@ -163,7 +159,7 @@ class Preemption:
             for alloc in self.ledger.allocations_for(uid):
                 pod = self.pods.get(uid)
                 namespace = alloc.key.partition("/")[0]
-                waiting.add(_key(pod) if pod is not None else f"{namespace}/{alloc.pod_name}")
+                waiting.add(key_of(pod) if pod is not None else f"{namespace}/{alloc.pod_name}")
         return sorted(waiting)
 
     # ------------------------------------------------------------ preempting
@@ -223,7 +219,7 @@ class Preemption:
                 out[alloc.pod_uid] = Candidate(alloc.pod_uid, alloc.key, 0, terminating=True)
                 continue
             going = is_deleting(pod) or is_terminal(pod)
-            out[alloc.pod_uid] = Candidate(alloc.pod_uid, _key(pod), priority(pod), going)
+            out[alloc.pod_uid] = Candidate(alloc.pod_uid, key_of(pod), priority(pod), going)
         return out
 
     async def _checked_plan(self, request: PodRequest, state: PodState) -> Plan | None:
