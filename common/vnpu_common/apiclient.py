@@ -8,6 +8,12 @@ call, a twentieth of the operator's CPU. The answer cannot change while the
 process runs, so it is looked up once here: a proxy the environment names for
 the API server is kept (as `HTTPS_PROXY` would apply), netrc is not read (the
 API server takes tokens and certificates, never netrc's basic auth).
+
+Its connections are capped at `CONNECTIONS`, not kubernetes-asyncio's 100:
+each TLS connection holds a 256 KiB read buffer for as long as it stays
+open, and a burst of writes (the operator advertising 1000 nodes at start)
+opened all 100, 26 MB of the operator's memory. The API server on the other
+end serves a few dozen requests at once per client well before that.
 """
 
 from __future__ import annotations
@@ -17,10 +23,16 @@ from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client
 from yarl import URL
 
+# Watches hold one each for good (at most four per component), writes share the rest.
+CONNECTIONS = 32
 
-def api_client(user_agent: str) -> client.ApiClient:
-    """A client for the loaded configuration (kube config or in-cluster)."""
-    api = client.ApiClient()
+
+def api_client(user_agent: str, *, connections: int = CONNECTIONS) -> client.ApiClient:
+    """A client for the loaded configuration (kube config or in-cluster),
+    with at most `connections` open to the API server."""
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = connections
+    api = client.ApiClient(configuration)
     api.user_agent = user_agent
     rest = api.rest_client
     old: aiohttp.ClientSession = rest.pool_manager

@@ -3,6 +3,7 @@ lifecycle, one active replica (Kopf standalone: no peering writes)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 import kopf
 from kubernetes_asyncio import client, config
 
-from vnpu_common import __version__, eventloop, names
+from vnpu_common import __version__, eventloop, memory, names
 from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.http import serve_http
 from vnpu_common.logs import configure_logging
@@ -70,9 +71,11 @@ async def run(settings: OperatorSettings) -> None:
         allocation_informer(api_client, controller, settings),
     ]
     register(registry, controller, settings, leases, convergence, informers)
+    trimming = asyncio.create_task(memory.trimmer().run(), name="memory-trim")
     try:
         await kopf.operator(registry=registry, clusterwide=True, standalone=True)
     finally:
+        trimming.cancel()
         await webhook.stop()
         await runner.cleanup()
         await api_client.close()

@@ -114,15 +114,18 @@ def _wait_gone(plane: LocalPlane, ns: str, name: str, timeout: float = 60) -> No
 def test_convergence_forgets_what_a_fresh_listing_no_longer_shows(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    """The mechanism on the real API: a metadata-only list, resourceVersions
-    compared, and only objects older than the list forgotten."""
-    plane.kubectl("create", "configmap", "keep", "-n", namespace)
-    plane.kubectl("create", "configmap", "doomed", "-n", namespace)
-    keep = get_json(plane, "configmap", "-n", namespace, "keep")
-    doomed = get_json(plane, "configmap", "-n", namespace, "doomed")
+    """The mechanism on the real API: a metadata-only list read in pages,
+    resourceVersions compared, and only objects older than the list
+    forgotten. Pages of two: a pass that read only the first page would
+    forget the kept objects on the others."""
+    kept = [f"keep-{i}" for i in range(5)]
+    for name in [*kept, "doomed"]:
+        plane.kubectl("create", "configmap", name, "-n", namespace)
+    cache = {name: get_json(plane, "configmap", "-n", namespace, name) for name in kept}
+    cache["doomed"] = get_json(plane, "configmap", "-n", namespace, "doomed")
     plane.kubectl("delete", "configmap", "-n", namespace, "doomed")
     future = {"metadata": {"name": "later", "namespace": namespace, "resourceVersion": "9" * 15}}
-    cache = {"keep": keep, "doomed": doomed, "later": future}
+    cache["later"] = future
     gone: list[str] = []
 
     async def run() -> int:
@@ -136,7 +139,10 @@ def test_convergence_forgets_what_a_fresh_listing_no_longer_shows(
                 lambda: cache,
                 lambda obj: gone.append(obj["metadata"]["name"]),
             )
-            return await Convergence(api_client, [kind], interval=1, retry_max=1).converge()
+            convergence = Convergence(api_client, [kind], interval=1, retry_max=1, page_size=2)
+            listing = await convergence.list_keys(kind)
+            assert {f"{namespace}/{n}" for n in kept} <= listing.keys
+            return await convergence.converge()
 
     import asyncio
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes_asyncio import client
 
-from vnpu_common.apiclient import api_client
+from vnpu_common.apiclient import CONNECTIONS, api_client
 
 
 @pytest.fixture
@@ -57,3 +57,24 @@ async def test_no_proxy_exempts_the_api_server(
         assert not api.rest_client.proxy
     finally:
         await api.close()
+
+
+async def test_connections_are_capped(server: None) -> None:
+    # Each open TLS connection holds a 256 KiB read buffer: kubernetes-asyncio's
+    # 100 were 26 MB of the operator at 1000 nodes.
+    api = api_client("vnpu-test/1")
+    few = api_client("vnpu-test/1", connections=4)
+    try:
+        ours, capped = (
+            api.rest_client.pool_manager.connector,
+            few.rest_client.pool_manager.connector,
+        )
+        assert ours is not None
+        assert capped is not None
+        assert ours.limit == CONNECTIONS < 100
+        assert capped.limit == 4
+        # The default configuration is left as it was.
+        assert client.Configuration.get_default_copy().connection_pool_maxsize == 100
+    finally:
+        await api.close()
+        await few.close()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnpu_operator.convergence import Listing, stale
+import orjson
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from vnpu_operator.convergence import Convergence, Kind, Listing, stale
 from vnpu_operator.slim import resource_version
 
 
@@ -44,3 +48,67 @@ def test_unreadable_versions_never_prove_a_deletion() -> None:
     assert stale(cache, Listing(99, frozenset()), key) == []
     assert resource_version({"metadata": {"resourceVersion": 7}}) == 7
     assert resource_version({}) is None
+
+
+class Answer:
+    """What kubernetes-asyncio hands back with _preload_content=False."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        self.status, self.reason = status, ""
+        self.headers: dict[str, str] = {}
+        self._body = orjson.dumps(body)
+
+    async def read(self) -> bytes:
+        return self._body
+
+    def release(self) -> None:
+        pass
+
+
+class PagedServer:
+    """Serves a list in pages of two; the first continue token it gave out
+    expires once (410), as the API server's do after compaction."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.requests: list[dict[str, str]] = []
+        self.expired_once = False
+
+    async def call_api(self, path: str, method: str, **kwargs: Any) -> Answer:
+        query = dict(kwargs["query_params"])
+        self.requests.append(query)
+        start = int(query.get("continue", "0"))
+        if start and not self.expired_once:
+            self.expired_once = True
+            return Answer(410, {"reason": "Expired"})
+        size = int(query["limit"])
+        items = [{"metadata": {"name": n, "namespace": "ns"}} for n in self.names]
+        page = items[start : start + size]
+        more = start + size < len(items)
+        meta = {"resourceVersion": "42", **({"continue": str(start + size)} if more else {})}
+        return Answer(200, {"metadata": meta, "items": page})
+
+
+async def test_a_list_is_read_page_by_page_and_restarted_when_its_token_expires() -> None:
+    server = PagedServer(["a", "b", "c", "d", "e"])
+    convergence = Convergence(server, [], interval=1, retry_max=1, page_size=2)  # type: ignore[arg-type]
+    kind = Kind("thing", "/things", dict, lambda _obj: None, label_selector="x=y")
+    listing = await convergence.list_keys(kind)
+    assert listing == Listing(42, frozenset(f"ns/{n}" for n in "abcde"))
+    # First page, its continuation refused, then all three pages again.
+    assert [q.get("continue") for q in server.requests] == [None, "2", None, "2", "4"]
+    assert all(q["limit"] == "2" and q["labelSelector"] == "x=y" for q in server.requests)
+
+
+async def test_an_error_on_the_first_page_is_raised_not_retried() -> None:
+    class Down(PagedServer):
+        async def call_api(self, path: str, method: str, **kwargs: Any) -> Answer:
+            self.requests.append(dict(kwargs["query_params"]))
+            return Answer(410, {})
+
+    server = Down([])
+    convergence = Convergence(server, [], interval=1, retry_max=1)  # type: ignore[arg-type]
+    with pytest.raises(ApiException) as exc:
+        await convergence.list_keys(Kind("thing", "/things", dict, lambda _obj: None))
+    assert exc.value.status == 410
+    assert len(server.requests) == 1
