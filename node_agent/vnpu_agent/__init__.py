@@ -1,0 +1,8 @@
+"""vnpu-agent: the per-node agent (creates, health-checks and releases the
+vNPUs that allocations declare on its nodes)."""
+
+# Before Kopf or kubernetes-asyncio is imported: their generated API classes
+# and models load on first use (vnpu_common.lazyclient, 27 MB of every process).
+from vnpu_common import lazyclient
+
+lazyclient.install()
