@@ -201,7 +201,6 @@ class NodeAgent:
         """Re-reads chips, templates and vNPUs; on failure keeps the old view."""
         try:
             chips = await self._drv("list_chips", self.driver.list_chips)
-            vnpus: dict[int, VNPU] = {}
             templates: dict[int, list[TemplateSpec]] = {}
             for chip in chips:
                 known = self.templates.get(chip.index)
@@ -210,17 +209,28 @@ class NodeAgent:
                         "list_templates", self.driver.list_templates, chip.index
                     )
                 templates[chip.index] = known
-                for v in await self._drv("list_vnpus", self.driver.list_vnpus, chip.index):
-                    vnpus[v.id] = v
+                found = await self._drv("list_vnpus", self.driver.list_vnpus, chip.index)
+                # Each chip's listing replaces that chip's vNPUs at once: a
+                # create or destroy by another task between two of these calls
+                # (the driver lock is free in between) is newer than this
+                # listing. Applied at the end, the listing brought destroyed
+                # vNPUs back into the inventory until the next resync.
+                self._replace_vnpus(chip.index, found)
         except DriverError as exc:
             if self.driver_ok:
                 log.error("driver query on %s failed: %s", self.node, exc)
             self.driver_ok = False
             self._set_node_condition("False", exc.reason, str(exc))
             return
-        self.chips, self.vnpus, self.templates = chips, vnpus, templates
+        present = {chip.index for chip in chips}
+        self.vnpus = {i: v for i, v in self.vnpus.items() if v.chip in present}
+        self.chips, self.templates = chips, templates
         self.driver_ok = True
         self._set_node_condition("True", names.REASON_DRIVER_READY, f"{len(chips)} chips")
+
+    def _replace_vnpus(self, chip: int, found: list[VNPU]) -> None:
+        kept = {i: v for i, v in self.vnpus.items() if v.chip != chip}
+        self.vnpus = kept | {v.id: v for v in found}
 
     def _set_node_condition(self, status: Any, reason: str, message: str) -> None:
         self._node_conditions = set_condition(
