@@ -9,6 +9,7 @@ once get a 409 and read again, instead of one list overwriting the other.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,8 +20,18 @@ from vnpu_common import names
 from vnpu_common.api.models import CordonedChip, VNPUNodeSpec
 
 # Conflicting writers of one node's cordon list: more than a few in a row is
-# not a race any more but something to look at.
-ATTEMPTS = 5
+# not a race any more but something to look at. Each round of a race has one
+# winner, so N writers at once need up to N attempts; the jittered pause
+# between attempts spreads writers that keep colliding (six at once, without
+# it, exhausted five attempts now and then).
+ATTEMPTS = 8
+RETRY_PAUSE_S = 0.05
+
+
+def retry_pause(attempt: int) -> float:
+    """Seconds to wait before attempt `attempt` (1 for the first retry):
+    random, at most RETRY_PAUSE_S x `attempt` (1.4 s over all eight)."""
+    return random.uniform(0, RETRY_PAUSE_S * attempt)
 
 
 def current(vnpu_node: Raw) -> list[CordonedChip]:

@@ -161,7 +161,9 @@ async def _cordon(
 ) -> dict[str, Any]:
     """Read, change, patch guarded by what was read (cordon.patch_body); a
     conflict (someone changed the cordons meanwhile) reads again."""
-    for _ in range(cordon.ATTEMPTS):
+    for attempt in range(cordon.ATTEMPTS):
+        if attempt:
+            await asyncio.sleep(cordon.retry_pause(attempt))
         vnpu_node = await kube.vnpunode(conn, node)
         before = cordon.current(vnpu_node)
         after = cordon.changed(before, chip, reason)

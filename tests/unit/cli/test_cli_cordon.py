@@ -71,3 +71,12 @@ def test_messages_say_what_changed() -> None:
     assert cordon.outcome("n1", 3, "dust", fan) == "vnpunode/n1 chip 3 cordoned (dust)"
     assert cordon.outcome("n1", 3, None, fan) == "vnpunode/n1 chip 3 uncordoned"
     assert cordon.outcome("n1", 0, None, fan) == "vnpunode/n1 chip 0 was not cordoned"
+
+
+def test_retries_pause_a_random_while_that_grows_with_the_attempt() -> None:
+    # Writers that collided once must not collide again in lockstep.
+    for attempt in range(1, cordon.ATTEMPTS):
+        pauses = [cordon.retry_pause(attempt) for _ in range(50)]
+        assert all(0 <= p <= cordon.RETRY_PAUSE_S * attempt for p in pauses)
+        assert len(set(pauses)) > 1
+    assert sum(cordon.RETRY_PAUSE_S * a for a in range(1, cordon.ATTEMPTS)) < 2
