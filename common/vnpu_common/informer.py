@@ -36,6 +36,7 @@ import orjson
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common.backoff import Backoff
+from vnpu_common.paging import pages
 from vnpu_common.rawcall import call_json
 
 log = logging.getLogger(__name__)
@@ -131,25 +132,20 @@ class Informer:
         await asyncio.sleep(delay)
 
     async def _pages(self) -> tuple[list[Raw], str]:
-        items: list[Raw] = []
-        token: str | None = None
-        while True:
+        async def fetch(token: str | None) -> Raw:
             page = {"_continue": token} if token else {}
-            try:
-                result = await call_json(
-                    self._list_call, limit=self._page_size, **self._selector, **page
-                )
-            except ApiException as exc:
-                if exc.status == 410 and token:  # the continue token expired
-                    log.info("%s list expired mid-way; listing again", self.name)
-                    items, token = [], None
-                    continue
-                raise
-            items.extend(result.get("items") or [])
-            meta = result.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                return items, str(meta["resourceVersion"])
+            result: Raw = await call_json(
+                self._list_call, limit=self._page_size, **self._selector, **page
+            )
+            return result
+
+        items: list[Raw] = []
+        last: Raw = {}
+        async for fresh, last in pages(fetch, self.name):
+            if fresh:
+                items = []
+            items.extend(last.get("items") or [])
+        return items, str(last["metadata"]["resourceVersion"])
 
     async def _list(self) -> None:
         items, version = await self._pages()

@@ -198,7 +198,8 @@ class NodeAgent:
             return result
 
     async def refresh_driver(self) -> None:
-        """Re-reads chips, templates and vNPUs; on failure keeps the old view."""
+        """Re-reads chips, templates and vNPUs; on failure keeps the old view
+        (of the chips whose vNPUs it had not re-read yet)."""
         try:
             chips = await self._drv("list_chips", self.driver.list_chips)
             templates: dict[int, list[TemplateSpec]] = {}

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import names
 from vnpu_common.backoff import Backoff
+from vnpu_common.paging import pages
 from vnpu_common.rawcall import call_json, describe
 from vnpu_operator.controller import Controller
 from vnpu_operator.slim import resource_version
@@ -118,12 +118,10 @@ class Convergence:
         self._backoff = Backoff(base=1.0, cap=retry_max)
 
     async def list_keys(self, kind: Kind) -> Listing:
-        """Every key of `kind` as of one resourceVersion: the pages of a
-        list share its snapshot. A continue token that expired (410) starts
-        the list again."""
-        keys: set[str] = set()
-        token: str | None = None
-        while True:
+        """Every key of `kind` as of one resourceVersion (the pages of a
+        list share its snapshot)."""
+
+        async def fetch(token: str | None) -> Raw:
             query = [("limit", str(self.page_size))]
             if kind.label_selector:
                 query.append(("labelSelector", kind.label_selector))
@@ -138,18 +136,16 @@ class Convergence:
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,
             )
-            try:
-                page = await call_json(fn)
-            except ApiException as exc:
-                if exc.status == 410 and token:
-                    log.info("%s list expired mid-way; listing again", kind.name)
-                    keys, token = set(), None
-                    continue
-                raise
-            keys.update(_key(i) for i in page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return Listing(resource_version(page), frozenset(keys))
+            page: Raw = await call_json(fn)
+            return page
+
+        keys: set[str] = set()
+        last: Raw = {}
+        async for fresh, last in pages(fetch, kind.name):
+            if fresh:
+                keys = set()
+            keys.update(_key(i) for i in last.get("items") or [])
+        return Listing(resource_version(last), frozenset(keys))
 
     async def converge(self) -> int:
         """One pass over every kind; returns how many cached objects it
