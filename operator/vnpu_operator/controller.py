@@ -45,6 +45,7 @@ from vnpu_operator.lifecycle import (
     is_deleting,
     is_gated,
     is_terminal,
+    requested_count,
     unservable,
 )
 from vnpu_operator.metrics import OperatorMetrics, StateView, WaitingPod
@@ -416,7 +417,9 @@ class Controller:
             case StepKind.REMOVE_FINALIZER:
                 await self._finish(uid, pod, state)
             case StepKind.PLACE:
-                if await self._still_there(pod, state):
+                if self._creating(uid, pod):
+                    pass  # placed; the created objects are on their way to the cache
+                elif await self._still_there(pod, state):
                     await self.placer.place(
                         pod, state, existing=self.allocs_by_pod.get(uid, set()), cached=self.allocs
                     )
@@ -435,6 +438,18 @@ class Controller:
                 await self._lost(pod, state, step.keys)
             case StepKind.WAIT | StepKind.NOTHING:
                 pass
+
+    def _creating(self, uid: str, pod: Raw) -> bool:
+        """Whether the pod's whole placement is booked and every allocation
+        of it is in the cache or created and not seen yet. A pod event that
+        arrives in between (the scheduler, the webhook's echo) would run the
+        placement again only to find the same booking and nothing to write:
+        during a fill that was two or three placements per pod."""
+        booked = self.ledger.allocations_for(uid)
+        if not booked or len(booked) < requested_count(pod):
+            return False
+        pending = [a.key for a in booked if self.expect.pending(Write.CREATE, a.key)]
+        return bool(pending) and all(a.key in self.allocs or a.key in pending for a in booked)
 
     async def _pod_gone(self, uid: str, views: list[AllocView]) -> None:
         # The pod object vanished (finalizer removed by hand, or a forced

@@ -432,6 +432,42 @@ async def test_pod_events_before_the_watch_brings_the_allocation_do_not_create_t
     assert len(w.controller.ledger.allocations()) == 1
 
 
+async def test_pod_events_while_its_creates_are_on_their_way_run_no_placement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = World()
+    w.add_node("n1", chips=2)
+    w.controller.mark_synced()
+    calls: list[str] = []
+    real_place = w.controller.ledger.place
+
+    def counting_place(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0].uid)
+        return real_place(*args, **kwargs)
+
+    monkeypatch.setattr(w.controller.ledger, "place", counting_place)
+    w.controller.pod_event("ADDED", pod(count=2))
+    await w.settle()
+    assert (len(calls), len(w.created())) == (1, 2)
+    # The scheduler's and the webhook's echoes, before either object is seen.
+    w.controller.pod_event("MODIFIED", pod(count=2))
+    await w.settle()
+    # One of the two seen: the other is still on its way.
+    w.controller.allocation_seen(w.created()[0])
+    w.controller.pod_event("MODIFIED", pod(count=2))
+    await w.settle()
+    assert (len(calls), len(w.created())) == (1, 2)
+
+    # A create that the cache never shows and that is no longer expected
+    # (say, deleted by hand before the watch delivered it): placed again.
+    second = w.created()[1]
+    w.controller.allocation_gone(second)
+    await w.settle()
+    assert len(calls) == 2
+    assert len(w.created()) == 3
+    assert w.created()[2]["metadata"]["name"] == second["metadata"]["name"]
+
+
 async def test_alike_waiting_pods_cost_one_placement_per_capacity_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
