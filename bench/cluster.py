@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -73,9 +75,25 @@ def node_names(count: int) -> list[str]:
     return [f"bn-{i:04d}" for i in range(count)]
 
 
+# Where a node keeps the files the agent writes per vNPU: the CDI specs go to
+# /var/run/cdi on a node, which is tmpfs, and the simulated driver's state
+# file stands for a driver that keeps none. On the disk they were about a
+# millisecond of the agent's CPU per pod (each an atomic write: a temporary
+# file and a rename) that no agent on a node pays (docs/DECISIONS.md).
+TMPFS = Path("/dev/shm")
+
+
+def node_files_dir(workdir: Path) -> Path:
+    """A fresh directory on tmpfs for the agents' node files, else `workdir`."""
+    if TMPFS.is_dir() and os.access(TMPFS, os.W_OK):
+        return Path(tempfile.mkdtemp(prefix="vnpu-bench-node-", dir=TMPFS))
+    return workdir
+
+
 class Cluster:
     def __init__(self, workdir: Path, nodes: int, agents: int) -> None:
         self.workdir = workdir
+        self.node_files = node_files_dir(workdir)
         self.plane = LocalPlane(workdir / "plane")
         self.nodes = node_names(nodes)
         self.agent_count = max(1, min(agents, nodes))
@@ -85,7 +103,7 @@ class Cluster:
 
     @property
     def state_dir(self) -> Path:
-        return self.workdir / "agent" / "state"
+        return self.node_files / "agent" / "state"
 
     def start_plane(self, say: Any) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -119,7 +137,7 @@ class Cluster:
     def _agent(self, name: str, nodes: list[str], sub: str) -> AgentProcess:
         """Agent `name` (log `<name>.log`) keeping its state under `sub`/."""
         return AgentProcess(
-            self.plane, self.workdir / sub, nodes, settings=AGENT_SETTINGS, name=name,
+            self.plane, self.node_files / sub, nodes, settings=AGENT_SETTINGS, name=name,
             log_path=self.workdir / f"{name}.log", profile_dir=profile_dir(),
         )  # fmt: skip
 
@@ -175,6 +193,8 @@ class Cluster:
             with contextlib.suppress(Exception):
                 a.stop()
         self.plane.stop()
+        if self.node_files != self.workdir:
+            shutil.rmtree(self.node_files, ignore_errors=True)
 
     # -- reads -------------------------------------------------------------
 

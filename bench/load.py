@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -19,6 +18,7 @@ from typing import Any
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from bench.watchloop import watch_forever
 from localplane.pods import vnpu_pod
 from vnpu_common import names
 from vnpu_common.patches import JSON_PATCH
@@ -120,36 +120,9 @@ class Tracker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
 
-    async def _list(self) -> str:
-        data = await call_json(self.core.list_namespaced_pod, self.namespace)
-        return str(data["metadata"]["resourceVersion"])
-
     async def _run(self) -> None:
-        rv = await self._list()
-        self.synced.set()
-        while True:
-            try:
-                # Unread aiohttp response (`_preload_content=False`), not the model.
-                resp: Any = await self.core.list_namespaced_pod(
-                    self.namespace, watch=True, resource_version=rv,
-                    allow_watch_bookmarks=True, timeout_seconds=240,
-                    _preload_content=False, _request_timeout=300,
-                )  # fmt: skip
-                async for line in resp.content:
-                    if not line.strip():
-                        continue
-                    ev = json.loads(line)
-                    obj = ev.get("object") or {}
-                    if ev.get("type") == "ERROR":
-                        if obj.get("code") == 410:
-                            rv = await self._list()
-                        break
-                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                    if ev.get("type") != "BOOKMARK":
-                        self._event(ev["type"], obj, time.monotonic())
-                resp.release()
-            except (TimeoutError, OSError, ApiException):
-                await asyncio.sleep(0.2)
+        lister = partial(self.core.list_namespaced_pod, self.namespace)
+        await watch_forever(lister, self._event, self.synced)
 
     def _event(self, kind: str, obj: dict[str, Any], now: float) -> None:
         name = obj["metadata"]["name"]

@@ -250,6 +250,9 @@ def print_table(r: dict[str, Any]) -> None:
         row("startup: nodes Ready / all VNPUNodes / operator",
             f"{st['nodes_ready_s']:.1f}s / {st['agents_to_all_vnpunodes_s']:.1f}s / "
             f"{st['operator_ready_s']:.1f}s")  # fmt: skip
+    if "node_files_on_tmpfs" in st:
+        where = "tmpfs, as /var/run/cdi on a node" if st["node_files_on_tmpfs"] else "disk"
+        row("agent node files (CDI specs, sim state)", where)
     print("-- churn (ours)")
     floor = r.get("floor")
     for key, label in (("ungate", "created -> ungated"), ("gone", "deleted -> gone")):
@@ -274,9 +277,15 @@ def print_table(r: dict[str, Any]) -> None:
             f"  ratio {fmt(r['ratios']['throughput'], 'x')}")  # fmt: skip
     f2 = r["fill"]
     row("fill: placed / waiting / freed", f"{f2['placed']} / {f2['waiting']} / {f2['freed']}")
-    row("  capacity freed -> waiting pod ungated",
-        "  ".join(f"{p} {fmt(f2['wait_to_place'].get(p))}"
-                  for p in ("p50", "p99", "max")))  # fmt: skip
+    for key, label in (
+        ("gone_to_placed", "allocations gone -> waiting pod placed"),
+        ("gone_to_ungated", "allocations gone -> waiting pod ungated"),
+        ("wait_to_place", "pods deleted -> waiting pod ungated"),
+    ):
+        if key in f2:
+            row(
+                f"  {label}", "  ".join(f"{p} {fmt(f2[key].get(p))}" for p in ("p50", "p99", "max"))
+            )
     w = r["writes_per_lifecycle"]
     print(f"-- our writes per pod lifecycle (churn, {w['pods']} pods)")
     for k, v in w["about_pod"].items():

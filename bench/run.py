@@ -32,6 +32,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from bench import floors, load, report
+from bench.allocclock import AllocationClock, reuse_delays
 from bench.cluster import Cluster, ProcStats, proc_stats, stats
 from bench.rates import Search
 from vnpu_common import names
@@ -129,7 +130,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         "gone": report.summary(gone, (50, 90, 99)),
         "errors": driver.errors[:20],
         "our_events": await report.events_by_reason(core, "bench"),
-        "cpu_seconds": {k: round(v - cpu_start.get(k, 0), 1) for k, v in cpu_end.items()},
+        "cpu_seconds": {k: round(v - cpu_start.get(k, 0), 2) for k, v in cpu_end.items()},
         "cpu_window_s": cpu_window,
         "webhook_calls_per_pod": {
             k: v / max(1, len(pods)) for k, v in sorted((hooks1 - hooks0).items())
@@ -154,6 +155,9 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     template, count = load.FILL
     fill = [load.PodTimes(f"f-{i:05d}", template, count) for i in range(capacity + waiting_n)]
     say(f"fill: {len(fill)} pods of {count} x {template} (capacity {capacity}) as fast as possible")
+    clock = AllocationClock(client.CustomObjectsApi(api), "bench")
+    clock.start()
+    await clock.synced.wait()
     t0 = await load.burst_create(driver, fill)
 
     def placed_so_far() -> int:
@@ -182,15 +186,25 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     await load.wait_until(tracker, lambda: all(p.ungated for p in waiting), args.timeout)
     w2p = [p.ungated - t_free for p in waiting if p.ungated]
     correctness["waiting_pods_stuck_gated"] = sum(1 for p in waiting if not p.ungated)
+    # From the freed pods' allocations gone (the capacity free) to the
+    # waiting pods' allocations created (placed) and to the pods ungated.
+    freed_at = [clock.all_gone(p.uid) for p in freed]
+    gone_to_placed = reuse_delays(freed_at, [clock.all_created(p.uid, count) for p in waiting])
+    gone_to_ungated = reuse_delays(freed_at, [p.ungated for p in waiting])
+    await clock.stop()
     out["fill"] = {
         "created": len(fill), "placed": len(placed), "waiting": len(waiting),
         "freed": len(freed), "wait_to_place": report.summary(w2p, (50, 99)),
+        "gone_to_placed": report.summary(gone_to_placed, (50, 99)),
+        "gone_to_ungated": report.summary(gone_to_ungated, (50, 99)),
         "ungate_latency_burst": report.summary(
             [x for p in placed if (x := p.ungate_latency()) is not None]),
     }  # fmt: skip
     say(
         f"fill: {len(placed)} placed in {last - t0:.1f}s ({report.fmt(ours_tp, '')}/s); "
-        f"{len(waiting)} waited, placed after freeing in max {report.fmt(max(w2p, default=None))}"
+        f"{len(waiting)} waited, ungated max {report.fmt(max(w2p, default=None))} after their "
+        f"deletion, placed max {report.fmt(max(gone_to_placed, default=None))} after the "
+        "allocations went"
     )
     if not await load.delete_all(driver, fill, args.timeout, say):
         correctness["fill_pods_not_gone"] = sum(1 for p in fill if p.created and not p.gone)
@@ -449,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.start_agents()
         out["startup"] = {"nodes_ready_s": nodes_s,
                           "agents_to_all_vnpunodes_s": time.monotonic() - t,
-                          "agent_base_rss_mb": base.peak_rss_mb}  # fmt: skip
+                          "agent_base_rss_mb": base.peak_rss_mb,
+                          "node_files_on_tmpfs": cluster.node_files != tmp}  # fmt: skip
         t = time.monotonic()
         cluster.start_operator()
         out["startup"]["operator_ready_s"] = time.monotonic() - t

@@ -1,0 +1,73 @@
+"""When each pod's allocations were created and when they were gone, from a
+watch of the allocation objects: what "freed capacity is reused" is measured
+between (issue 14: a waiting pod is placed within 1 s of the allocation that
+held the capacity disappearing). Timing from the pods' deletion instead adds
+the whole release chain in front (operator, agent, driver, finalizer)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from bench.watchloop import watch_forever
+from vnpu_common import names
+
+
+class AllocationClock:
+    """Per pod UID, when each of its allocation objects was first seen and
+    when it was gone."""
+
+    def __init__(self, custom: client.CustomObjectsApi, namespace: str) -> None:
+        self.lister = partial(
+            custom.list_namespaced_custom_object,
+            names.GROUP, names.VERSION, namespace, names.ALLOCATION_PLURAL,
+        )  # fmt: skip
+        self.created: dict[str, dict[str, float]] = {}
+        self.gone: dict[str, dict[str, float]] = {}
+        self.synced = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(watch_forever(self.lister, self.event, self.synced))
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    def event(self, kind: str, obj: dict[str, Any], now: float) -> None:
+        uid = str((obj.get("spec") or {}).get("podUID") or "")
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if not uid or not name:
+            return
+        self.created.setdefault(uid, {}).setdefault(name, now)
+        if kind == "DELETED":
+            self.gone.setdefault(uid, {}).setdefault(name, now)
+
+    def all_created(self, uid: str, count: int) -> float | None:
+        """When the last of the pod's `count` allocations appeared."""
+        seen = self.created.get(uid, {})
+        return max(seen.values()) if len(seen) >= count else None
+
+    def all_gone(self, uid: str) -> float | None:
+        """When the last allocation the pod had was gone (None: one is left)."""
+        seen, gone = self.created.get(uid, {}), self.gone.get(uid, {})
+        if not seen or set(seen) - set(gone):
+            return None
+        return max(gone.values())
+
+
+def reuse_delays(freed_at: Sequence[float | None], taken_at: Sequence[float | None]) -> list[float]:
+    """Capacity freed, then taken by waiting pods: the k-th earliest take
+    minus the k-th earliest release (a queue's delay when the releases are
+    alike, as the fill's are), each at least 0. A release or take that never
+    happened leaves its pair out."""
+    freed = sorted(t for t in freed_at if t is not None)
+    taken = sorted(t for t in taken_at if t is not None)
+    return [max(0.0, t - f) for f, t in zip(freed, taken, strict=False)]
