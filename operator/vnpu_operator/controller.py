@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Hashable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -141,8 +141,9 @@ class Controller:
             clock=clock,
         )  # fmt: skip
         self.placer = Placer(
-            api, self.notices, self.ledger, self.expect, settings, metrics, self.preemption
-        )
+            api, self.notices, self.ledger, self.expect, settings, metrics, self.preemption,
+            booked=lambda shape: self._kick_heads({shape}),
+        )  # fmt: skip
         self._offered: tuple[int, OfferedTemplates] | None = None
         self._waiting_kick: asyncio.Handle | None = None
         self._side_tasks: set[asyncio.Task[None]] = set()
@@ -336,10 +337,35 @@ class Controller:
 
         def go() -> None:
             self._waiting_kick = None
-            for uid in self.waiting():
-                self.kick(uid)
+            self._kick_heads()
 
         self._waiting_kick = loop.call_soon(go)
+
+    def _kick_heads(self, shapes: Collection[Hashable] | None = None) -> None:
+        """Retries the oldest waiting pod of each request shape (of `shapes`
+        only, if given) and every pod placed afresh each time. The others of
+        a shape would find what its oldest finds: a release at 1000 nodes
+        with 100 alike pods waiting retried all 100 for each of its 400
+        allocations, seconds of CPU before the one that fit was placed. The
+        next of a shape is retried when one is booked (`Placer.booked`) or
+        stops waiting otherwise."""
+        done: set[Hashable] = set()
+        for uid in self.waiting():
+            shape = self.states[uid].waiting_shape
+            if shape is None:
+                if shapes is None:
+                    self.kick(uid)
+            elif shape not in done and (shapes is None or shape in shapes):
+                done.add(shape)
+                self.kick(uid)
+
+    def _stop_waiting(self, state: PodState) -> None:
+        """The pod waits no more without being booked (deleted, ended, given
+        up): the next alike pod takes its turn."""
+        shape = state.waiting_shape
+        state.waiting_since, state.waiting_shape = None, None
+        if shape is not None:
+            self._kick_heads({shape})
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         try:
@@ -409,7 +435,8 @@ class Controller:
                 state.hand_edits.add(edit)
                 await self.notices.hand_edit(pod, edit)
         if step.kind is not StepKind.PLACE:
-            state.waiting_since = None
+            if state.waiting_since is not None:
+                self._stop_waiting(state)
             await self.preemption.release_claim(pod, state)
         match step.kind:
             case StepKind.RELEASE:
@@ -456,8 +483,10 @@ class Controller:
         # delete): whatever still names it is released.
         await self._release(tuple(v.key for v in views if not v.deleting))
         if not views:
-            self.states.pop(uid, None)
+            state = self.states.pop(uid, None)
             self.queue.forget(uid)
+            if state is not None and state.waiting_since is not None:
+                self._stop_waiting(state)
 
     def _node_gone(self, pod: Raw) -> bool:
         node = str((pod.get("spec") or {}).get("nodeName") or "")

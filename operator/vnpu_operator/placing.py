@@ -9,7 +9,7 @@ a booking whose object could not be created is given back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
 from vnpu_common import names
@@ -45,8 +45,12 @@ class Placer:
         settings: OperatorSettings,
         metrics: OperatorMetrics,
         preemption: Preemption,
+        booked: Callable[[Hashable], None] = lambda shape: None,
     ) -> None:
+        """`booked(shape)`: a waiting pod of that shape was just booked (not
+        yet created); the next alike waiting pod may fit too."""
         self.api = api
+        self.booked = booked
         self.preemption = preemption
         self.notices = notices
         self.ledger = ledger
@@ -90,6 +94,9 @@ class Placer:
             if state.waiting_since is None:
                 state.waiting_since = state.seen_at
             state.waiting_reason = result.primary_reason.value
+            state.waiting_shape = self._nofits.signature(
+                self.ledger, request, frozenset(state.avoid)
+            )
             self.metrics.placement_failures.labels(result.primary_reason.value).inc()
             if await self.preemption.after_nofit(pod, state, request, result):
                 return
@@ -98,7 +105,11 @@ class Placer:
                 event_key=result.primary_reason.value,
             )  # fmt: skip
             return
-        state.waiting_since = None
+        if state.waiting_since is not None:
+            shape, state.waiting_shape = state.waiting_shape, None
+            state.waiting_since = None
+            if shape is not None:
+                self.booked(shape)
         for alloc in result.allocations:
             # In the cache, or created and on its way there: nothing to write.
             if alloc.key in existing or self.expect.pending(Write.CREATE, alloc.key):

@@ -9,6 +9,7 @@ measures a latency from a later start.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -24,6 +25,10 @@ class PodState:
     waiting_since: float | None = None
     # Why it waits: the placement's primary reason code (a metric label).
     waiting_reason: str = ""
+    # What its placement reads of its request (NoFitMemo.signature), None
+    # for one placed afresh each time: alike waiting pods are retried one at
+    # a time, oldest first, the next as soon as one is booked.
+    waiting_shape: Hashable | None = None
     # Placements whose vNPUs failed, and the nodes where they did.
     attempts: int = 0
     avoid: set[str] = field(default_factory=set)

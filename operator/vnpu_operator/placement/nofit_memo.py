@@ -37,6 +37,18 @@ class NoFitMemo:
         pod's claim: every answer is stale."""
         self._nofits.clear()
 
+    @staticmethod
+    def signature(
+        ledger: Ledger, request: PodRequest, avoid: frozenset[str]
+    ) -> tuple[Any, ...] | None:
+        """What placement reads of the request, alike for requests that fit
+        or not alike; None for a pod always placed afresh: one holding part
+        of its booking, or a claim as a preempting pod (its own bookings
+        change what fits, and the claim closes nodes to others only)."""
+        if ledger.allocations_for(request.uid) or ledger.nomination(request.uid) is not None:
+            return None
+        return _signature(request, avoid)
+
     def place(
         self,
         ledger: Ledger,
@@ -47,12 +59,9 @@ class NoFitMemo:
         first_index: int,
     ) -> Placement | NoFit:
         """`ledger.place`, answered from memory for a request like one that
-        did not fit since the last growth. A pod holding part of its booking,
-        or a claim as a preempting pod, is always placed afresh: its own
-        bookings change what fits, and the claim closes nodes to others only."""
-        signature = None
-        if not ledger.allocations_for(request.uid) and ledger.nomination(request.uid) is None:
-            signature = _signature(request, avoid)
+        did not fit since the last growth."""
+        signature = self.signature(ledger, request, avoid)
+        if signature is not None:
             cached = self._nofits.get(signature)
             if cached is not None:
                 return cached

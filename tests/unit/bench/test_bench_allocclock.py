@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from kubernetes_asyncio import client
-
 from bench.allocclock import AllocationClock, reuse_delays
+from kubernetes_asyncio import client
 
 
 def alloc(name: str, uid: str) -> dict[str, Any]:

@@ -499,6 +499,113 @@ async def test_alike_waiting_pods_cost_one_placement_per_capacity_change(
     assert w.created()[-1]["spec"]["podUID"] == "u1"
 
 
+def count_reconciles(w: World, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The pod UIDs the controller reconciles from now on, in order."""
+    seen: list[str] = []
+    handler = w.controller.queue._handler
+
+    async def counting(uid: str) -> None:
+        seen.append(uid)
+        await handler(uid)
+
+    monkeypatch.setattr(w.controller.queue, "_handler", counting)
+    return seen
+
+
+def big(i: int) -> dict[str, Any]:
+    """A pod that fills a 910B3 chip."""
+    return pod(f"big{i}", f"u{i}", template="vir10_3c_32g", count=2)
+
+
+def release(w: World, uid: str) -> list[dict[str, Any]]:
+    """Deletes the pod; returns its allocations, for the test to make them go
+    (as when their agent destroyed the vNPUs)."""
+    w.controller.pod_event("DELETED", pod(uid=uid))
+    return [b for b in w.created() if b["spec"]["podUID"] == uid]
+
+
+async def test_a_release_retries_the_oldest_alike_waiting_pod_not_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = World()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    for i in range(5):
+        w.controller.pod_event("ADDED", big(i))
+    await w.settle()
+    w.echo_created()
+    assert [s.waiting_since is not None for s in w.controller.states.values()].count(True) == 4
+    seen = count_reconciles(w, monkeypatch)
+    for body in release(w, "u0"):
+        # One allocation at a time, as a busy agent's finalizer removals come.
+        w.controller.allocation_gone(body)
+        await w.settle()
+    assert w.created()[-1]["spec"]["podUID"] == "u1"
+    # u1 tried at each of the two releases, u2 once after u1 was booked
+    # (nothing left for it); u3 and u4 would have found the same.
+    assert sorted(set(seen) - {"u0"}) == ["u1", "u2"]
+    assert seen.count("u1") == 2
+    assert w.controller.waiting() == ["u2", "u3", "u4"]
+
+
+async def test_capacity_for_several_alike_waiting_pods_places_them_all() -> None:
+    w = World()
+    w.add_node("n1")
+    w.add_node("n2")
+    w.controller.mark_synced()
+    for i in range(6):
+        w.controller.pod_event("ADDED", big(i))
+    await w.settle()
+    w.echo_created()
+    assert w.controller.waiting() == ["u2", "u3", "u4", "u5"]
+    for body in release(w, "u0") + release(w, "u1"):
+        w.controller.allocation_gone(body)
+    await w.settle()
+    placed = {b["spec"]["podUID"] for b in w.created()[4:]}
+    assert placed == {"u2", "u3"}
+    assert w.controller.waiting() == ["u4", "u5"]
+
+
+async def test_the_next_alike_pod_takes_the_turn_of_one_deleted_while_waiting() -> None:
+    w = World()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    for i in range(3):
+        w.controller.pod_event("ADDED", big(i))
+    await w.settle()
+    w.echo_created()
+    # The oldest waiting pod goes in the same burst as the capacity frees.
+    w.controller.pod_event("DELETED", big(1))
+    for body in release(w, "u0"):
+        w.controller.allocation_gone(body)
+    await w.settle()
+    assert w.created()[-1]["spec"]["podUID"] == "u2"
+    assert w.controller.waiting() == []
+
+
+async def test_waiting_pods_of_different_shapes_each_get_a_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = World()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", big(0))
+    await w.settle()
+    w.echo_created()
+    w.controller.pod_event("ADDED", big(1))
+    w.controller.pod_event("ADDED", pod("small", "s1", template="vir05_1c_16g", count=1))
+    w.controller.pod_event("ADDED", pod("small2", "s2", template="vir05_1c_16g", count=1))
+    await w.settle()
+    assert w.controller.waiting() == ["u1", "s1", "s2"]
+    seen = count_reconciles(w, monkeypatch)
+    for body in release(w, "u0"):
+        w.controller.allocation_gone(body)
+    await w.settle()
+    # The oldest pod of each shape tried; the big one fit first.
+    assert {"u1", "s1"} <= set(seen)
+    assert w.created()[-1]["spec"]["podUID"] == "u1"
+
+
 async def test_a_late_ready_of_a_released_allocation_does_not_start_the_pod() -> None:
     w = World()
     w.add_node("n1")
