@@ -60,8 +60,8 @@ async def test_no_proxy_exempts_the_api_server(
 
 
 async def test_connections_are_capped(server: None) -> None:
-    # Each open TLS connection holds a 256 KiB read buffer: kubernetes-asyncio's
-    # 100 were 26 MB of the operator at 1000 nodes.
+    # A burst of writes (a release of 100 pods) queues behind the cap: 32 held
+    # the waiting pods' creates seconds behind the release's deletes.
     api = api_client("vnpu-test/1")
     few = api_client("vnpu-test/1", connections=4)
     try:
@@ -71,7 +71,7 @@ async def test_connections_are_capped(server: None) -> None:
         )
         assert ours is not None
         assert capped is not None
-        assert ours.limit == CONNECTIONS < 100
+        assert ours.limit == CONNECTIONS >= 100
         assert capped.limit == 4
         # The default configuration is left as it was.
         assert client.Configuration.get_default_copy().connection_pool_maxsize == 100
