@@ -524,16 +524,24 @@ def release(w: World, uid: str) -> list[dict[str, Any]]:
     return [b for b in w.created() if b["spec"]["podUID"] == uid]
 
 
-async def test_a_release_retries_the_oldest_alike_waiting_pod_not_all(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def full_of_big(nodes: int, pods: int) -> World:
+    """`nodes` one-chip nodes filled by the first `nodes` of `pods` big pods
+    (their allocations seen); the others wait."""
     w = World()
-    w.add_node("n1")
+    for n in range(nodes):
+        w.add_node(f"n{n + 1}")
     w.controller.mark_synced()
-    for i in range(5):
+    for i in range(pods):
         w.controller.pod_event("ADDED", big(i))
     await w.settle()
     w.echo_created()
+    return w
+
+
+async def test_a_release_retries_the_oldest_alike_waiting_pod_not_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = await full_of_big(1, 5)
     assert [s.waiting_since is not None for s in w.controller.states.values()].count(True) == 4
     seen = count_reconciles(w, monkeypatch)
     for body in release(w, "u0"):
@@ -549,14 +557,7 @@ async def test_a_release_retries_the_oldest_alike_waiting_pod_not_all(
 
 
 async def test_capacity_for_several_alike_waiting_pods_places_them_all() -> None:
-    w = World()
-    w.add_node("n1")
-    w.add_node("n2")
-    w.controller.mark_synced()
-    for i in range(6):
-        w.controller.pod_event("ADDED", big(i))
-    await w.settle()
-    w.echo_created()
+    w = await full_of_big(2, 6)
     assert w.controller.waiting() == ["u2", "u3", "u4", "u5"]
     for body in release(w, "u0") + release(w, "u1"):
         w.controller.allocation_gone(body)
@@ -567,13 +568,7 @@ async def test_capacity_for_several_alike_waiting_pods_places_them_all() -> None
 
 
 async def test_the_next_alike_pod_takes_the_turn_of_one_deleted_while_waiting() -> None:
-    w = World()
-    w.add_node("n1")
-    w.controller.mark_synced()
-    for i in range(3):
-        w.controller.pod_event("ADDED", big(i))
-    await w.settle()
-    w.echo_created()
+    w = await full_of_big(1, 3)
     # The oldest waiting pod goes in the same burst as the capacity frees.
     w.controller.pod_event("DELETED", big(1))
     for body in release(w, "u0"):
@@ -586,12 +581,7 @@ async def test_the_next_alike_pod_takes_the_turn_of_one_deleted_while_waiting() 
 async def test_waiting_pods_of_different_shapes_each_get_a_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    w = World()
-    w.add_node("n1")
-    w.controller.mark_synced()
-    w.controller.pod_event("ADDED", big(0))
-    await w.settle()
-    w.echo_created()
+    w = await full_of_big(1, 1)
     w.controller.pod_event("ADDED", big(1))
     w.controller.pod_event("ADDED", pod("small", "s1", template="vir05_1c_16g", count=1))
     w.controller.pod_event("ADDED", pod("small2", "s2", template="vir05_1c_16g", count=1))
