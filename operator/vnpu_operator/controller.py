@@ -142,7 +142,7 @@ class Controller:
         )  # fmt: skip
         self.placer = Placer(
             api, self.notices, self.ledger, self.expect, settings, metrics, self.preemption,
-            booked=lambda shape: self._kick_heads({shape}),
+            stopped_waiting=self._stop_waiting,
         )  # fmt: skip
         self._offered: tuple[int, OfferedTemplates] | None = None
         self._waiting_kick: asyncio.Handle | None = None
@@ -347,8 +347,7 @@ class Controller:
         a shape would find what its oldest finds: a release at 1000 nodes
         with 100 alike pods waiting retried all 100 for each of its 400
         allocations, seconds of CPU before the one that fit was placed. The
-        next of a shape is retried when one is booked (`Placer.booked`) or
-        stops waiting otherwise."""
+        next of a shape is retried when one stops waiting (`_stop_waiting`)."""
         done: set[Hashable] = set()
         for uid in self.waiting():
             shape = self.states[uid].waiting_shape
@@ -360,8 +359,8 @@ class Controller:
                 self.kick(uid)
 
     def _stop_waiting(self, state: PodState) -> None:
-        """The pod waits no more without being booked (deleted, ended, given
-        up): the next alike pod takes its turn."""
+        """The pod waits no more: booked (the capacity may hold the next
+        alike pod too), or deleted, ended, given up (it hands its turn on)."""
         shape = state.waiting_shape
         state.waiting_since, state.waiting_shape = None, None
         if shape is not None:

@@ -9,7 +9,7 @@ a booking whose object could not be created is given back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from vnpu_common import names
@@ -45,12 +45,12 @@ class Placer:
         settings: OperatorSettings,
         metrics: OperatorMetrics,
         preemption: Preemption,
-        booked: Callable[[Hashable], None] = lambda shape: None,
+        stopped_waiting: Callable[[PodState], None] = lambda state: None,
     ) -> None:
-        """`booked(shape)`: a waiting pod of that shape was just booked (not
-        yet created); the next alike waiting pod may fit too."""
+        """`stopped_waiting(state)`: a waiting pod was just booked (not yet
+        created); the next alike waiting pod may fit too."""
         self.api = api
-        self.booked = booked
+        self.stopped_waiting = stopped_waiting
         self.preemption = preemption
         self.notices = notices
         self.ledger = ledger
@@ -106,10 +106,7 @@ class Placer:
             )  # fmt: skip
             return
         if state.waiting_since is not None:
-            shape, state.waiting_shape = state.waiting_shape, None
-            state.waiting_since = None
-            if shape is not None:
-                self.booked(shape)
+            self.stopped_waiting(state)
         for alloc in result.allocations:
             # In the cache, or created and on its way there: nothing to write.
             if alloc.key in existing or self.expect.pending(Write.CREATE, alloc.key):
