@@ -6,42 +6,30 @@ the whole release chain in front (operator, agent, driver, finalizer)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 from kubernetes_asyncio import client
 
-from bench.watchloop import watch_forever
+from bench.watchloop import StampedWatch
 from vnpu_common import names
 
 
-class AllocationClock:
+class AllocationClock(StampedWatch):
     """Per pod UID, when each of its allocation objects was first seen and
     when it was gone."""
 
     def __init__(self, custom: client.CustomObjectsApi, namespace: str) -> None:
-        self.lister = partial(
+        lister = partial(
             custom.list_namespaced_custom_object,
             names.GROUP, names.VERSION, namespace, names.ALLOCATION_PLURAL,
         )  # fmt: skip
+        super().__init__(f"{namespace} allocations", lister)
         self.created: dict[str, dict[str, float]] = {}
         self.gone: dict[str, dict[str, float]] = {}
-        self.synced = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self.task = asyncio.create_task(watch_forever(self.lister, self.event, self.synced))
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-
-    def event(self, kind: str, obj: dict[str, Any], now: float) -> None:
+    def stamp(self, kind: str, obj: dict[str, Any], now: float) -> None:
         uid = str((obj.get("spec") or {}).get("podUID") or "")
         name = str((obj.get("metadata") or {}).get("name") or "")
         if not uid or not name:

@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from bench.watchloop import watch_forever
+from bench.watchloop import StampedWatch
 from localplane.pods import vnpu_pod
 from vnpu_common import names
 from vnpu_common.patches import JSON_PATCH
@@ -90,19 +90,16 @@ class PodTimes:
         return max(0.0, self.gone - self.delete_called)
 
 
-class Tracker:
+class Tracker(StampedWatch):
     """Watches the pods of one namespace and stamps ungate and deletion."""
 
     def __init__(self, core: client.CoreV1Api, namespace: str, gate: str) -> None:
-        self.core = core
-        self.namespace = namespace
+        super().__init__(f"{namespace} pods", partial(core.list_namespaced_pod, namespace))
         self.gate = gate
         self.pods: dict[str, PodTimes] = {}
         self.early_ungated: dict[str, float] = {}
         self.early_gone: dict[str, float] = {}
         self.changed = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-        self.synced = asyncio.Event()
 
     def add(self, pod: PodTimes) -> None:
         self.pods[pod.name] = pod
@@ -111,20 +108,7 @@ class Tracker:
         if pod.name in self.early_gone:
             pod.gone = self.early_gone.pop(pod.name)
 
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-
-    async def _run(self) -> None:
-        lister = partial(self.core.list_namespaced_pod, self.namespace)
-        await watch_forever(lister, self._event, self.synced)
-
-    def _event(self, kind: str, obj: dict[str, Any], now: float) -> None:
+    def stamp(self, kind: str, obj: dict[str, Any], now: float) -> None:
         name = obj["metadata"]["name"]
         pod = self.pods.get(name)
         if kind == "DELETED":

@@ -23,25 +23,25 @@ def clock() -> AllocationClock:
 
 def test_a_pod_is_placed_when_its_last_allocation_appears() -> None:
     c = clock()
-    c.event("ADDED", alloc("a-0", "u1"), 1.0)
+    c.stamp("ADDED", alloc("a-0", "u1"), 1.0)
     assert c.all_created("u1", 2) is None
-    c.event("MODIFIED", alloc("a-0", "u1"), 1.5)  # a later event does not move it
-    c.event("ADDED", alloc("a-1", "u1"), 2.0)
+    c.stamp("MODIFIED", alloc("a-0", "u1"), 1.5)  # a later event does not move it
+    c.stamp("ADDED", alloc("a-1", "u1"), 2.0)
     assert c.all_created("u1", 2) == 2.0
     assert c.all_created("u2", 1) is None
 
 
 def test_capacity_is_freed_when_the_last_allocation_is_gone() -> None:
     c = clock()
-    c.event("ADDED", alloc("a-0", "u1"), 1.0)
-    c.event("ADDED", alloc("a-1", "u1"), 1.0)
-    c.event("DELETED", alloc("a-0", "u1"), 5.0)
+    c.stamp("ADDED", alloc("a-0", "u1"), 1.0)
+    c.stamp("ADDED", alloc("a-1", "u1"), 1.0)
+    c.stamp("DELETED", alloc("a-0", "u1"), 5.0)
     assert c.all_gone("u1") is None
-    c.event("DELETED", alloc("a-1", "u1"), 6.0)
+    c.stamp("DELETED", alloc("a-1", "u1"), 6.0)
     assert c.all_gone("u1") == 6.0
     assert c.all_gone("unknown") is None
     # An object without a pod UID (made by hand) is not counted.
-    c.event("ADDED", {"metadata": {"name": "x"}, "spec": {}}, 1.0)
+    c.stamp("ADDED", {"metadata": {"name": "x"}, "spec": {}}, 1.0)
     assert "" not in c.created
 
 
