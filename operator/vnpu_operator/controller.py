@@ -63,10 +63,10 @@ from vnpu_operator.slim import resource_version, slim_pod
 
 log = logging.getLogger(__name__)
 
-# What fills the caches: Kopf's watches (VNPUNodes, Nodes, quotas) and the
-# informers of pods and allocations (watches.py). Nothing is placed or
-# released before all of them have listed once.
-SOURCES = ("kopf", "pods", "allocations")
+# What fills the caches: the informers of VNPUNodes, Nodes, pods and
+# allocations (watches.py). Nothing is placed or released before all of them
+# have listed once.
+SOURCES = ("vnpunodes", "nodes", "pods", "allocations")
 
 Raw = dict[str, Any]
 

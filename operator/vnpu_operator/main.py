@@ -24,7 +24,12 @@ from vnpu_operator.handlers import register
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leases import LeasePoller
 from vnpu_operator.metrics import OperatorMetrics
-from vnpu_operator.watches import allocation_informer, pod_informer
+from vnpu_operator.watches import (
+    allocation_informer,
+    node_informer,
+    pod_informer,
+    vnpunode_informer,
+)
 from vnpu_operator.webhook_server import WebhookServer
 
 log = logging.getLogger("vnpu_operator")
@@ -67,6 +72,8 @@ async def run(settings: OperatorSettings) -> None:
         retry_max=settings.retry_max_seconds,
     )
     informers = [
+        vnpunode_informer(api_client, controller, settings),
+        node_informer(api_client, controller, settings),
         pod_informer(api_client, controller, settings),
         allocation_informer(api_client, controller, settings),
     ]

@@ -1,12 +1,15 @@
-"""The operator's watches of pods and allocations: nearly every event it
-handles (about 11 per pod at 200 nodes) is one of these two kinds.
+"""The operator's watches of pods, allocations, VNPUNodes and Nodes: every
+kind placement and the lifecycle read (pods and allocations are nearly every
+event it handles, about 11 per pod at 200 nodes).
 
 They are informers (vnpu_common.informer), not Kopf handlers: Kopf's
 per-event machinery cost more CPU than everything the operator does with
-the event (docs/DECISIONS.md, 'Watches without Kopf's per-event cost').
-Kopf still watches the low-rate kinds (VNPUNodes, Nodes, ResourceQuotas) and
-runs the process. The controller counts as synced only once Kopf's kinds and
-both informers have listed (`Controller.listed`).
+the event (docs/DECISIONS.md, 'Watches without Kopf's per-event cost'), and
+Kopf lists a kind in one unpaged request (1000 Nodes and 1000 VNPUNodes at
+once). Kopf still watches ResourceQuotas (for the webhook) and runs the
+process. The controller counts as synced once every informer has listed
+(`Controller.listed`); they start after the agents' Leases are listed
+(handlers.py), so a node is never judged before its Lease is known.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from vnpu_common import names
 from vnpu_common.informer import DELETED, Handler, Informer, ListCall, Raw, key_of
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES, Controller
-from vnpu_operator.slim import identity, slim_allocation
+from vnpu_operator.slim import identity, slim_allocation, slim_object
 
-SOURCE_PODS, SOURCE_ALLOCATIONS = SOURCES[1:]
+SOURCE_VNPUNODES, SOURCE_NODES, SOURCE_PODS, SOURCE_ALLOCATIONS = SOURCES
 
 
 def managed_pod(pod: Mapping[str, Any]) -> bool:
@@ -114,3 +117,37 @@ def allocation_informer(
 
     list_call = partial(custom.list_cluster_custom_object, names.GROUP, names.VERSION, plural)
     return _informer(SOURCE_ALLOCATIONS, list_call, handle, identity, controller, settings)
+
+
+def _event_type(kind: str) -> str | None:
+    """The inventories' event type: DELETED, or None for anything it holds now."""
+    return "DELETED" if kind == DELETED else None
+
+
+def vnpunode_informer(
+    api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
+) -> Informer:
+    custom = client.CustomObjectsApi(api_client)
+    inventories = controller.inventories
+
+    async def handle(kind: str, obj: Raw) -> None:
+        inventories.vnpunode_event(_event_type(kind), slim_object(obj))
+
+    list_call = partial(
+        custom.list_cluster_custom_object, names.GROUP, names.VERSION, names.NODE_PLURAL
+    )
+    return _informer(SOURCE_VNPUNODES, list_call, handle, identity, controller, settings)
+
+
+def node_informer(
+    api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
+) -> Informer:
+    """The inventories keep their own slim copy of a Node (labels, taints,
+    our extended resources); a status heartbeat changes none of it."""
+    core = client.CoreV1Api(api_client)
+    inventories = controller.inventories
+
+    async def handle(kind: str, obj: Raw) -> None:
+        inventories.node_event(_event_type(kind), obj)
+
+    return _informer(SOURCE_NODES, core.list_node, handle, identity, controller, settings)

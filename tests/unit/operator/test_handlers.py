@@ -14,7 +14,7 @@ from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.watches import managed_pod
 
 
-def test_only_index_and_event_handlers_so_kopf_keeps_no_state() -> None:
+def test_kopf_watches_only_quotas_with_an_event_handler_so_it_keeps_no_state() -> None:
     registry = kopf.OperatorRegistry()
     settings = OperatorSettings()
     controller = Controller(OperatorApi.__new__(OperatorApi), settings, OperatorMetrics())
@@ -26,10 +26,10 @@ def test_only_index_and_event_handlers_so_kopf_keeps_no_state() -> None:
     assert list(registry._spawning.get_all_handlers()) == []
     watched = {h.id.split(".")[-1] for h in registry._watching.get_all_handlers()}
     indexed = {h.id.split(".")[-1] for h in registry._indexing.get_all_handlers()}
-    # Only the low-rate kinds: pods and allocations have informers
-    # (watches.py), agent Leases are polled (leases.py).
-    assert watched == {"vnpunode_event", "node_event", "quota_event"}, watched
-    assert indexed == {"vnpunodes_index", "nodes_index"}, indexed
+    # VNPUNodes, Nodes, pods and allocations have informers (watches.py),
+    # agent Leases are polled (leases.py).
+    assert watched == {"quota_event"}, watched
+    assert indexed == set(), indexed
 
 
 def test_kopf_settings() -> None:
