@@ -103,19 +103,22 @@ def last_known_allocation(controller: Controller, obj: Raw) -> Raw:
     return slim_allocation(obj)
 
 
+def _list_ours(api_client: client.ApiClient, plural: str) -> ListCall:
+    """The list call of one of our kinds, cluster-wide."""
+    custom = client.CustomObjectsApi(api_client)
+    return partial(custom.list_cluster_custom_object, names.GROUP, names.VERSION, plural)
+
+
 def allocation_informer(
     api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
 ) -> Informer:
-    custom = client.CustomObjectsApi(api_client)
-    plural = names.ALLOCATION_PLURAL
-
     async def handle(kind: str, obj: Raw) -> None:
         if kind == DELETED:
             controller.allocation_gone(last_known_allocation(controller, obj))
         else:
             controller.allocation_seen(slim_allocation(obj))
 
-    list_call = partial(custom.list_cluster_custom_object, names.GROUP, names.VERSION, plural)
+    list_call = _list_ours(api_client, names.ALLOCATION_PLURAL)
     return _informer(SOURCE_ALLOCATIONS, list_call, handle, identity, controller, settings)
 
 
@@ -127,15 +130,12 @@ def _event_type(kind: str) -> str | None:
 def vnpunode_informer(
     api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
 ) -> Informer:
-    custom = client.CustomObjectsApi(api_client)
     inventories = controller.inventories
 
     async def handle(kind: str, obj: Raw) -> None:
         inventories.vnpunode_event(_event_type(kind), slim_object(obj))
 
-    list_call = partial(
-        custom.list_cluster_custom_object, names.GROUP, names.VERSION, names.NODE_PLURAL
-    )
+    list_call = _list_ours(api_client, names.NODE_PLURAL)
     return _informer(SOURCE_VNPUNODES, list_call, handle, identity, controller, settings)
 
 

@@ -9,29 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_controller import World, lease, node_obj, vnpu_node
+from test_convergence import Answer
 
 from vnpu_common.informer import Informer
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES
 from vnpu_operator.watches import node_informer, vnpunode_informer
-
-
-class Answer:
-    """What the raw call reads of an aiohttp response."""
-
-    def __init__(self, body: dict[str, Any]) -> None:
-        self.status, self.reason, self.headers = 200, "OK", {}
-        self._data = orjson.dumps(body)
-
-    async def read(self) -> bytes:
-        return self._data
-
-    def release(self) -> None:
-        pass
 
 
 class Lister:
@@ -45,7 +30,7 @@ class Lister:
         assert not kwargs.get("watch"), "only lists are answered here"
         self.version += 1
         meta = {"resourceVersion": str(self.version)}
-        return Answer({"metadata": meta, "items": self.items})
+        return Answer(200, {"metadata": meta, "items": self.items})
 
 
 def with_uid(obj: dict[str, Any], uid: str) -> dict[str, Any]:
