@@ -98,9 +98,9 @@ def identity(obj: Mapping[str, Any]) -> Raw:
 
 
 def slim_object(body: Mapping[str, Any]) -> Raw:
-    """Our own kinds (allocations, VNPUNodes), kept whole but for
-    managedFields. A shallow copy: Kopf swaps the body's underlying dict on
-    the next event while the nested dicts kept here stay as they were."""
+    """One of our kinds (a VNPUNode) whole but for managedFields, which the
+    metadata the inventories keep would otherwise carry. A shallow copy: the
+    watch's object is not changed."""
     raw = {k: body[k] for k in body}
     if "managedFields" in (raw.get("metadata") or {}):
         raw["metadata"] = _metadata(raw)

@@ -78,13 +78,18 @@ def _informer(
     )
 
 
+def _event_type(kind: str) -> str | None:
+    """The controller's event type: DELETED, or None for anything it holds now."""
+    return "DELETED" if kind == DELETED else None
+
+
 def pod_informer(
     api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
 ) -> Informer:
     core = client.CoreV1Api(api_client)
 
     async def handle(kind: str, obj: Raw) -> None:
-        controller.pod_event("DELETED" if kind == DELETED else None, obj)
+        controller.pod_event(_event_type(kind), obj)
 
     return _informer(
         SOURCE_PODS, core.list_pod_for_all_namespaces, handle, _pod_identity, controller, settings
@@ -120,11 +125,6 @@ def allocation_informer(
 
     list_call = _list_ours(api_client, names.ALLOCATION_PLURAL)
     return _informer(SOURCE_ALLOCATIONS, list_call, handle, identity, controller, settings)
-
-
-def _event_type(kind: str) -> str | None:
-    """The inventories' event type: DELETED, or None for anything it holds now."""
-    return "DELETED" if kind == DELETED else None
 
 
 def vnpunode_informer(
