@@ -68,23 +68,26 @@ def register(
 ) -> None:
     """All handlers of the operator, bound to `controller`, and its other
     long-running tasks."""
-    tasks: list[asyncio.Task[None]] = []
+    # Kopf runs a startup handler again if it fails: each list is filled once.
+    pollers: list[asyncio.Task[None]] = []
+    watches: list[asyncio.Task[None]] = []
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, ours)
-        if not tasks:
-            tasks.append(asyncio.create_task(leases.run(), name="lease-poller"))
-            tasks.append(asyncio.create_task(convergence.run(), name="convergence"))
+        if not pollers:
+            pollers.append(asyncio.create_task(leases.run(), name="lease-poller"))
+            pollers.append(asyncio.create_task(convergence.run(), name="convergence"))
         # Every agent Lease is known before any cache can be complete: a
         # node whose Lease was not listed yet would count as not live.
         await leases.listed.wait()
-        if len(tasks) == 2:
+        if not watches:
             for informer in informers:
-                tasks.append(asyncio.create_task(informer.run(), name=f"watch-{informer.name}"))
+                watches.append(asyncio.create_task(informer.run(), name=f"watch-{informer.name}"))
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
+        tasks = [*pollers, *watches]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
