@@ -51,6 +51,25 @@ def proc_stats(pid: int) -> ProcStats:
     return ProcStats(cpu, kb.get("VmHWM", 0) / 1024, kb.get("VmRSS", 0) / 1024)
 
 
+def worker_threads_cpu(pid: int) -> float:
+    """CPU seconds of a process's threads other than its main one. In an
+    agent these run the driver calls (`asyncio.to_thread` in NodeAgent._drv
+    is its only use of threads): on this bench, the simulator's work, which
+    stands in for the chips and their driver and is reported apart from the
+    agent's own code. A thread that exited is no longer counted."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        if task.name == str(pid):
+            continue
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread exited meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
+
+
 def stats(service: ServiceProcess) -> ProcStats:
     assert service.proc is not None
     return proc_stats(service.proc.pid)

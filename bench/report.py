@@ -324,6 +324,9 @@ def print_table(r: dict[str, Any]) -> None:
         row("CPU ms per pod, idle rate taken out", f"operator {lean.get('vnpu-operator', 0):.1f}, "
             f"agent(s) {agents:.1f}  (idle: agent(s) {1000 * agents_idle:.0f} ms/s, "
             "Lease renewals and resyncs)")  # fmt: skip
+        driver = agents_total(r["churn"].get("driver_ms_per_pod_over_idle") or {})
+        row("  agent(s): own code / simulated driver", f"{agents - driver:.1f} / {driver:.1f}  "
+            "(the driver calls' threads: the simulator, in place of the chips)")  # fmt: skip
     print_floors(r, row)
     print("-- correctness (all must be 0)")
     for k, v in r["correctness"].items():

@@ -33,7 +33,7 @@ from kubernetes_asyncio import client
 
 from bench import floors, load, report
 from bench.allocclock import AllocationClock, reuse_delays
-from bench.cluster import Cluster, ProcStats, proc_stats, stats
+from bench.cluster import Cluster, ProcStats, proc_stats, stats, worker_threads_cpu
 from bench.rates import Search
 from vnpu_common import names
 
@@ -78,6 +78,19 @@ def cpu_by_process(cluster: Cluster) -> dict[str, float]:
     return out
 
 
+def driver_cpu(cluster: Cluster) -> dict[str, float]:
+    """CPU seconds so far of each agent process's driver calls (its worker
+    threads): the simulated chips' share of the agent's CPU."""
+    out = {}
+    for i, agent in enumerate(cluster.agents):
+        if agent.proc:
+            try:
+                out[f"{report.AGENT_PROCESS}-{i}"] = worker_threads_cpu(agent.proc.pid)
+            except OSError:
+                continue
+    return out
+
+
 def ratio(a: Any, b: Any) -> float | None:
     return a / b if a is not None and b else None
 
@@ -102,10 +115,12 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     hooks0 = report.webhook_calls(plane)
     say(f"churn: {args.pods} pods at {args.rate}/s, held {args.hold}s")
     cpu_start, t_cpu0 = cpu_by_process(cluster), time.monotonic()
+    drv_start = driver_cpu(cluster)
     snap_task = asyncio.create_task(_mid_snapshot(cluster, args))
     churn_s = await load.churn(driver, pods, args.rate, args.hold, args.timeout)
     mid = await snap_task
     cpu_end, cpu_window = cpu_by_process(cluster), time.monotonic() - t_cpu0
+    drv_end = driver_cpu(cluster)
     off1 = settle_audit(plane.audit_log)
     req1 = report.apiserver_requests(plane)
     hooks1 = report.webhook_calls(plane)
@@ -132,6 +147,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         "our_events": await report.events_by_reason(core, "bench"),
         "cpu_seconds": {k: round(v - cpu_start.get(k, 0), 2) for k, v in cpu_end.items()},
         "cpu_window_s": cpu_window,
+        "driver_cpu_seconds": {k: round(v - drv_start.get(k, 0), 2) for k, v in drv_end.items()},
         "webhook_calls_per_pod": {
             k: v / max(1, len(pods)) for k, v in sorted((hooks1 - hooks0).items())
         },
@@ -218,8 +234,10 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     a = plane.audit_log.stat().st_size
     say(f"idle {args.idle}s")
     idle_cpu0, t_idle0 = cpu_by_process(cluster), time.monotonic()
+    idle_drv0 = driver_cpu(cluster)
     await asyncio.sleep(args.idle)
     idle_cpu1, idle_s = cpu_by_process(cluster), time.monotonic() - t_idle0
+    idle_drv1 = driver_cpu(cluster)
     idle_events = report.audit_events(plane.audit_log, a, plane.audit_log.stat().st_size)
     ours = [e for e in idle_events if report.component(e) in report.OURS.values()]
     kinds = Counter(report.what(e) for e in ours)
@@ -228,9 +246,13 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         "non_lease_writes": sum(v for k, v in kinds.items() if not k.endswith(" leases")),
         "kinds": dict(kinds),
         "cpu_per_s": {k: (v - idle_cpu0.get(k, 0)) / idle_s for k, v in idle_cpu1.items()},
+        "driver_cpu_per_s": {k: (v - idle_drv0.get(k, 0)) / idle_s for k, v in idle_drv1.items()},
     }  # fmt: skip
     out["churn"]["cpu_ms_per_pod_over_idle"] = over_idle(
         out["churn"]["cpu_seconds"], out["idle"]["cpu_per_s"], cpu_window, len(pods)
+    )
+    out["churn"]["driver_ms_per_pod_over_idle"] = over_idle(
+        out["churn"]["driver_cpu_seconds"], out["idle"]["driver_cpu_per_s"], cpu_window, len(pods)
     )
     correctness["idle_non_lease_writes"] = out["idle"]["non_lease_writes"]
 
