@@ -42,6 +42,9 @@ class ChipState:
     # The admin's reason when the chip is cordoned: nothing new goes there,
     # what is there stays booked.
     cordoned: str | None = None
+    # Template -> its size on this chip (NodeInventory.offers); None: read
+    # from the chip's status on each ask.
+    offers: Mapping[str, Resources] | None = None
     used: Resources = field(default_factory=Resources)
     allocated: int = 0
     orphans: int = 0
@@ -66,9 +69,24 @@ class ChipState:
     def usage(self) -> float:
         return usage_score(self.used, self.total)
 
+    def offer(self, template: str | None) -> Resources | None:
+        """What a vNPU of `template` takes on this chip; None when the chip
+        does not offer it."""
+        if self.offers is not None:
+            return self.offers.get(template) if template is not None else None
+        own = offered(self.chip, template)
+        return None if own is None else Resources.of_template(own)
+
     def book(self, need: Resources) -> None:
         self.used = self.used + need
         self.allocated += 1
+
+    def copy(self) -> ChipState:
+        """Another chip to book into; `used` and `total` are immutable values,
+        shared until one side books."""
+        twin = object.__new__(ChipState)
+        twin.__dict__.update(self.__dict__)
+        return twin
 
 
 def usage_score(used: Resources, total: Resources) -> float:
@@ -86,6 +104,11 @@ class NodeState:
     inventory: NodeInventory
     chips: dict[int, ChipState]
     used_ids: set[int]
+
+    def copy(self) -> NodeState:
+        """A working copy to book into, leaving this one as it was."""
+        chips = {index: chip.copy() for index, chip in self.chips.items()}
+        return NodeState(inventory=self.inventory, chips=chips, used_ids=set(self.used_ids))
 
     def usage(self) -> float:
         used, total = Resources(), Resources()
@@ -105,7 +128,11 @@ def build_node_state(
     finalizer only after the destroy, and publishes inventories seconds
     apart): they hold neither capacity nor their id."""
     chips = {
-        chip.index: ChipState(chip, cordoned=inventory.cordoned.get(chip.index))
+        chip.index: ChipState(
+            chip,
+            cordoned=inventory.cordoned.get(chip.index),
+            offers=inventory.offers.get(chip.index),
+        )
         for chip in inventory.status.chips
     }
     used_ids: set[int] = set()
@@ -117,7 +144,7 @@ def build_node_state(
         covered.add((alloc.chip, alloc.vnpu_id, alloc.template))
         state = chips.get(alloc.chip)
         if state is not None:
-            state.used = state.used + _need_or_whole_chip(state.chip, alloc.template, catalog)
+            state.used = state.used + _need_or_whole_chip(state, alloc.template, catalog)
             state.allocated += 1
     for state in chips.values():
         for vnpu in state.chip.vnpus:
@@ -125,16 +152,16 @@ def build_node_state(
                 continue
             used_ids.add(vnpu.id)
             if (state.chip.index, vnpu.id, vnpu.template) not in covered:
-                state.used = state.used + _need_or_whole_chip(state.chip, vnpu.template, catalog)
+                state.used = state.used + _need_or_whole_chip(state, vnpu.template, catalog)
                 state.orphans += 1
     return NodeState(inventory=inventory, chips=chips, used_ids=used_ids)
 
 
-def _need_or_whole_chip(chip: ChipStatus, template: str, catalog: Catalog) -> Resources:
+def _need_or_whole_chip(state: ChipState, template: str, catalog: Catalog) -> Resources:
     # A vNPU of a template nobody describes could be any size: assume it
     # fills the chip rather than risk oversubscribing it.
-    need = template_resources(chip, template, catalog)
-    return Resources.totals(chip) if need is None else need
+    need = state.offer(template) or template_resources(state.chip, template, catalog)
+    return state.total if need is None else need
 
 
 def chip_obstacle(
@@ -146,10 +173,10 @@ def chip_obstacle(
         return Reason.CHIP_MODEL
     if chip.health != HEALTHY:
         return Reason.UNHEALTHY
-    offer = offered(chip, template)
-    if offer is None:
+    need = state.offer(template)
+    if need is None:
         return Reason.TEMPLATE_NOT_OFFERED
-    need, free = Resources.of_template(offer), state.total - state.used
+    free = state.total - state.used
     for wanted, left, reason in (
         (need.aicore, free.aicore, Reason.INSUFFICIENT_AICORE),
         (need.memory_mb, free.memory_mb, Reason.INSUFFICIENT_MEMORY),

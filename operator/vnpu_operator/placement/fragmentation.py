@@ -49,17 +49,17 @@ def chip_fits(state: ChipState, template: str, free_ids: int) -> int:
     chip = state.chip
     if chip.health != HEALTHY or state.cordoned is not None:
         return 0
-    offer = offered(chip, template)
-    if offer is None:
+    need = state.offer(template)
+    if need is None:
         return 0
     slots = max(state.vnpu_limit - state.vnpus, 0)
-    return min(_fits(state.free, Resources.of_template(offer)), slots, free_ids)
+    return min(_fits(state.free, need), slots, free_ids)
 
 
 def whole_chip_fits(state: ChipState, template: str) -> int:
     """How many vNPUs of `template` the chip takes when empty (0 when it is
     unhealthy, cordoned or does not offer it)."""
-    empty = ChipState(state.chip, cordoned=state.cordoned)
+    empty = ChipState(state.chip, cordoned=state.cordoned, offers=state.offers)
     return chip_fits(empty, template, empty.vnpu_limit)
 
 

@@ -26,7 +26,6 @@ from vnpu_operator.placement.capacity import (
     build_node_state,
     chip_obstacle,
     free_vnpu_id,
-    offered,
 )
 from vnpu_operator.placement.errors import AllocationConflictError
 from vnpu_operator.placement.fragmentation import (
@@ -75,6 +74,10 @@ class Ledger:
         # placements re-evaluates one node each instead of every node.
         # The key ends with the nominees booked first (see nominations below).
         self._fits: dict[str, dict[tuple[str, str | None, int, Policy, tuple[str, ...]], _Fit]] = {}
+        # node -> its capacity as built from the inventory and the allocations,
+        # dropped with its fits. Building it sums every vNPU on the node; a
+        # placement asks a changed node once per request shape, each from a copy.
+        self._states: dict[str, NodeState] = {}
         # The nodes each request shape fits on, ranked (placement.candidates).
         self._candidates: CandidateIndex[list[tuple[int, int]]] = CandidateIndex()
         # Preempting pods' claims: pod uid -> its nomination; node -> uids.
@@ -138,6 +141,7 @@ class Ledger:
     def _node_changed(self, name: str) -> None:
         """What placement knows of the node moved: its cached answers go."""
         self._fits.pop(name, None)
+        self._states.pop(name, None)
         self._candidates.changed(name)
 
     def _rebuild_catalog(self) -> None:
@@ -150,6 +154,7 @@ class Ledger:
         self._catalog = catalog
         self._largest = largest_templates(catalog)
         self._fits.clear()
+        self._states.clear()
         self._candidates.clear()
         self.catalog_epoch += 1
 
@@ -259,9 +264,18 @@ class Ledger:
     # ------------------------------------------------------------- capacity
 
     def _state(self, inventory: NodeInventory) -> NodeState:
-        allocs = (self._allocs[k] for k in self._by_node.get(inventory.name, ()))
-        destroyed = self._destroyed.get(inventory.name, {})
-        return build_node_state(inventory, allocs, self._catalog, destroyed)
+        """A working copy of the node's capacity, to book into."""
+        return self._built_state(inventory).copy()
+
+    def _built_state(self, inventory: NodeInventory) -> NodeState:
+        """The node's capacity as the ledger holds it; read it, never book into it."""
+        state = self._states.get(inventory.name)
+        if state is None or state.inventory is not inventory:
+            allocs = (self._allocs[k] for k in self._by_node.get(inventory.name, ()))
+            destroyed = self._destroyed.get(inventory.name, {})
+            state = build_node_state(inventory, allocs, self._catalog, destroyed)
+            self._states[inventory.name] = state
+        return state
 
     def node_state(self, name: str) -> NodeState | None:
         """A fresh working copy of one node's capacity, as placement sees it;
@@ -277,7 +291,7 @@ class Ledger:
             inventory = self._nodes.get(name)
             if inventory is None:
                 continue
-            state = self._state(inventory)
+            state = self._built_state(inventory)
             out.extend(ChipCapacity.of(name, state.chips[i]) for i in sorted(state.chips))
         return out
 
@@ -290,7 +304,7 @@ class Ledger:
         each chip's model can use (placement.fragmentation); one node or all."""
         names = [node] if node is not None else sorted(self._nodes)
         return {
-            name: node_fragmentation(self._state(self._nodes[name]), self._largest)
+            name: node_fragmentation(self._built_state(self._nodes[name]), self._largest)
             for name in names
             if name in self._nodes
         }
@@ -573,6 +587,6 @@ def _fit_node(
 
 def _size(chip: ChipState, template: str) -> Resources:
     """What a vNPU of `template` takes on a chip that offers it."""
-    offer = offered(chip.chip, template)
-    assert offer is not None  # chip_obstacle checked it
-    return Resources.of_template(offer)
+    need = chip.offer(template)
+    assert need is not None  # chip_obstacle checked it
+    return need

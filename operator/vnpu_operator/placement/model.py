@@ -91,6 +91,11 @@ class NodeInventory:
     taints: tuple[Mapping[str, Any], ...] = ()
     cordoned: Mapping[int, str] = field(default_factory=dict)
     compiled_taints: tuple[Taint, ...] = field(default=(), init=False, repr=False, compare=False)
+    # Chip index -> template -> what a vNPU of it takes there: placement asks
+    # for every chip of a node on each fit, and the status lists the offer.
+    offers: Mapping[int, Mapping[str, Resources]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -107,6 +112,11 @@ class NodeInventory:
         except SelectorError as err:
             raise InvalidInventoryError(str(err)) from err
         object.__setattr__(self, "compiled_taints", taints)
+        offers = {
+            chip.index: {t.name: Resources.of_template(t) for t in reversed(chip.templates)}
+            for chip in self.status.chips
+        }
+        object.__setattr__(self, "offers", offers)
 
     def chip(self, index: int) -> ChipStatus | None:
         return next((c for c in self.status.chips if c.index == index), None)

@@ -213,3 +213,49 @@ def test_vnpu_info_ids_outside_range_do_not_break_placement() -> None:
     ledger = ledger_with(node("n1", [weird]))
     placed, _ = fill(ledger, "vir05_1c_16g")
     assert len(placed) == 3
+
+
+def _fresh(ledger: Ledger) -> Ledger:
+    """A ledger rebuilt from what `ledger` holds: nothing cached."""
+    nodes = [n for name in ledger.node_names() if (n := ledger.node(name)) is not None]
+    return Ledger.rebuild(nodes, ledger.allocations())
+
+
+def test_kept_capacity_follows_every_change() -> None:
+    # The ledger keeps each node's built capacity between placements; after
+    # any change it must read as a ledger rebuilt from scratch would.
+    ledger = ledger_with(node("n1", n_chips=2), node("n2", n_chips=1))
+    assert ledger.capacity() == _fresh(ledger).capacity()
+    got = ledger.place(request("a", count=2))
+    assert isinstance(got, Placement)
+    assert ledger.capacity() == _fresh(ledger).capacity()
+
+    steps = [
+        lambda: ledger.add_allocation(
+            Allocation("default/x-0", "n2", 0, "vir05_1c_16g", 110, "uid-x", "x")
+        ),
+        lambda: ledger.remove_allocation(got.allocations[0].key, destroyed=True),
+        lambda: ledger.set_live("n1", False),
+        lambda: ledger.set_live("n1", True),
+        lambda: ledger.upsert_node(node("n2", [chip("910B3", 0, vnpus=[(111, "vir05_1c_16g")])])),
+        lambda: ledger.upsert_node(node("n1", n_chips=2, cordoned={1: "maintenance"})),
+        lambda: ledger.release("uid-x"),
+        lambda: ledger.remove_node("n2"),
+    ]
+    for step in steps:
+        ledger.place(request("probe", uid="probe"))  # fills the kept capacity
+        ledger.release("probe")
+        step()
+        assert ledger.capacity() == _fresh(ledger).capacity()
+        assert ledger.fragmentation() == _fresh(ledger).fragmentation()
+
+
+def test_node_state_is_a_copy() -> None:
+    ledger = ledger_with(node("n1"))
+    before = ledger.capacity()
+    state = ledger.node_state("n1")
+    assert state is not None
+    state.chips[0].book(Resources(aicore=8))
+    state.used_ids.add(100)
+    assert ledger.capacity() == before
+    assert isinstance(ledger.place(request("a")), Placement)
