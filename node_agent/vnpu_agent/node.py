@@ -47,6 +47,7 @@ from vnpu_agent.gc import OrphanTracker
 from vnpu_agent.inventory import build_status, cordoned_chips
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
+from vnpu_agent.mirror import NodeMirror
 from vnpu_agent.owned import OwnedIds
 from vnpu_common import names
 from vnpu_common.api.models import (
@@ -66,9 +67,10 @@ T = TypeVar("T")
 # allocation stays Failed (the operator then places the pod elsewhere).
 MAX_CREATE_ATTEMPTS = 5
 
-# How long a VNPUNode that differs from our last write may stay so before it
-# is restored: a watch event can be older than the answer to our latest
-# write (the echo of the write before it), and the next event settles that.
+# How often a VNPUNode that differs from our last write is looked at again
+# before it is restored: until the watch has delivered the echo of that write
+# (mirror.py), or while a write is in flight, the difference may only be the
+# watch running behind.
 RESTORE_SETTLE_SECONDS = 1.0
 
 
@@ -114,14 +116,7 @@ class NodeAgent:
         self._last_publish = -1e9
         self._publish_pending: asyncio.TimerHandle | None = None
         self._publish_lock = asyncio.Lock()
-        # What the server holds of this node's VNPUNode, from the VNPUNode
-        # watch and the answers to our writes: the object, or None once it is
-        # gone (or lost its label); nothing is known before the first list.
-        self._observed: dict[str, Any] | None = None
-        self._observed_known = False
-        self._node_events = 0
-        # The status the server answered our last write with.
-        self._published: dict[str, Any] | None = None
+        self._mirror = NodeMirror(node)
         self._restore_pending: asyncio.TimerHandle | None = None
         self._force_publish = False
         self._node_conditions: list[Condition] = []
@@ -570,24 +565,24 @@ class NodeAgent:
             vnpus=self.vnpus,
             allocations=self.allocs.values(),
             conditions=self._node_conditions,
-            cordoned=cordoned_chips(self._observed),
+            cordoned=cordoned_chips(self._mirror.observed),
         )
         if status == self._last_status and not self._force_publish:
             return
         self._last_publish = self.clock()
-        missing = self._observed_known and self._observed is None
-        events = self._node_events
-        if missing or (self._observed is not None and not self._labelled(self._observed)):
-            obj = await self.api.restore_node(self.node, status, exists=not missing)
-        else:
-            obj = await self.api.publish_node_status(self.node, status)
+        restore, missing = self._mirror.needs_restore_write(), self._mirror.missing()
+        events = self._mirror.write_started()
+        try:
+            if restore:
+                obj = await self.api.restore_node(self.node, status, exists=not missing)
+            else:
+                obj = await self.api.publish_node_status(self.node, status)
+        except BaseException:
+            self._mirror.write_failed()
+            raise
         self._last_status = status
         self._force_publish = False
-        self._published = obj.get("status")
-        if self._node_events == events:
-            # The answer is the newest state we know of, unless the watch said
-            # something meanwhile: that may be newer (a deletion right after).
-            self._observed, self._observed_known = obj, True
+        self._mirror.write_answered(obj, events, self.clock())
 
     async def _tell_chip_health(self) -> None:
         """The VNPUNode's ChipsHealthy condition, and an Event on the VNPUNode
@@ -605,7 +600,7 @@ class NodeAgent:
             else "every chip reports healthy",
         )
         health = {c.index: c.healthy for c in self.chips}
-        observed_meta = (self._observed or {}).get("metadata") or {}
+        observed_meta = (self._mirror.observed or {}).get("metadata") or {}
         involved = {
             "apiVersion": names.API_VERSION,
             "kind": names.NODE_KIND,
@@ -631,45 +626,25 @@ class NodeAgent:
     async def on_node_event(self, kind: str, obj: dict[str, Any]) -> None:
         """An event of the VNPUNode watch for this node (DELETED also when
         the object lost the label the watch selects on)."""
-        self._observed = None if kind == "DELETED" else obj
-        self._observed_known = True
-        self._node_events += 1
-        if self._published is not None and _echo_of(self._published) != cordoned_chips(
-            self._observed
-        ):
+        self._mirror.on_event(kind, obj)
+        published = self._mirror.published
+        if published is not None and _echo_of(published) != cordoned_chips(self._mirror.observed):
             # An admin changed spec.cordonedChips: the status echoes it.
             self._mark_dirty()
-        if self._node_differs() and self._restore_pending is None:
+        if self._mirror.differs() and self._restore_pending is None:
             self._restore_pending = asyncio.get_running_loop().call_later(
                 RESTORE_SETTLE_SECONDS, self._check_restore
             )
 
-    def _labelled(self, obj: dict[str, Any]) -> bool:
-        labels = obj.get("metadata", {}).get("labels") or {}
-        return bool(labels.get(names.LABEL_NODE) == self.node)
-
-    def _node_differs(self) -> str | None:
-        """How the VNPUNode the server holds differs from our last write, or
-        None. Before our first write nothing differs: that write comes
-        anyway."""
-        if self._published is None or not self._observed_known:
-            return None
-        if self._observed is None:
-            return "deleted"
-        if not self._labelled(self._observed):
-            return "unlabelled"
-        if self._observed.get("status") != self._published:
-            return "status"
-        return None
-
     def _check_restore(self) -> None:
         self._restore_pending = None
         loop = asyncio.get_running_loop()
-        if self._publish_lock.locked():
-            # A write of ours is in flight: its answer decides; look again.
+        if self._publish_lock.locked() or self._mirror.echo_pending(self.clock()):
+            # A write of ours is in flight, or the watch has not caught up
+            # with our last one: what it shows may be older; look again.
             self._restore_pending = loop.call_later(RESTORE_SETTLE_SECONDS, self._check_restore)
             return
-        what = self._node_differs()
+        what = self._mirror.differs()
         if what is None:
             return
         log.warning("VNPUNode %s changed by someone else (%s); restoring it", self.node, what)

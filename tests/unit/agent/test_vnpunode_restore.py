@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from vnpu_agent import mirror as mirror_module
 from vnpu_agent import node as node_module
 from vnpu_agent.node import NodeAgent
 from vnpu_common import names
@@ -42,13 +43,14 @@ class RecordingApi:
 
     async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
         self.writes.append("status")
-        if self.gate is not None:
-            await self.gate.wait()
         if self.obj is None:
             self._create(node)
         assert self.obj is not None
         self.obj["status"] = copy.deepcopy(status)
-        return self._answer()
+        answer = self._answer()
+        if self.gate is not None:
+            await self.gate.wait()  # written, but the answer is on its way
+        return answer
 
     async def restore_node(
         self, node: str, status: dict[str, Any], *, exists: bool
@@ -83,6 +85,13 @@ def served(api: RecordingApi) -> dict[str, Any]:
     return copy.deepcopy(api.obj)
 
 
+def restorations(agent: NodeAgent) -> float | None:
+    """The agent's count of status restorations (None: never counted)."""
+    return agent.metrics.registry.get_sample_value(
+        "vnpu_agent_vnpunode_restorations_total", {"node": "n1", "what": "status"}
+    )
+
+
 async def settle() -> None:
     """Past the settle delay and the (zero) coalescing interval, and the publish it starts."""
     await asyncio.sleep(SETTLE * 4)
@@ -104,6 +113,66 @@ async def test_a_late_echo_of_an_earlier_write_causes_no_write(
     await agent.on_node_event("MODIFIED", served(api))
     await settle()
     assert api.writes == ["status", "status"]
+
+
+async def test_an_echo_later_than_the_settle_delay_causes_no_write(
+    agent: NodeAgent, api: RecordingApi
+) -> None:
+    # On a loaded API server the watch runs seconds behind the answers: the
+    # echoes of two writes arrive long after both answers, with a pause
+    # between them several times the settle delay.
+    await agent.publish()
+    first = served(api)
+    agent.chips[0] = dataclasses.replace(agent.chips[0], aicore_free=0)
+    agent.driver_ok = False
+    await agent.publish()
+    second = served(api)
+    await agent.on_node_event("MODIFIED", first)
+    await settle()
+    await settle()
+    assert api.writes == ["status", "status"]
+    await agent.on_node_event("MODIFIED", second)
+    await settle()
+    assert api.writes == ["status", "status"]
+    assert restorations(agent) is None
+
+
+async def test_a_change_after_the_echo_is_restored_without_waiting_for_the_bound(
+    agent: NodeAgent, api: RecordingApi
+) -> None:
+    await agent.publish()
+    await agent.on_node_event("MODIFIED", served(api))  # the echo
+    assert api.obj is not None
+    ours = copy.deepcopy(api.obj["status"])
+    api.obj["status"]["chips"][0]["aicoreFree"] = 0
+    api.rv += 1
+    api.obj["metadata"]["resourceVersion"] = str(api.rv)
+    await agent.on_node_event("MODIFIED", served(api))
+    await settle()
+    assert api.writes == ["status", "status"]
+    assert api.obj["status"] == ours
+    assert restorations(agent) == 1.0
+
+
+async def test_without_its_echo_a_difference_is_restored_after_the_bound(
+    agent: NodeAgent, api: RecordingApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A watch that re-listed delivers the newest state only: the echo of our
+    # write never comes, and a foreign change must not stay unrestored.
+    monkeypatch.setattr(mirror_module, "ECHO_WAIT_SECONDS", SETTLE * 6)
+    await agent.publish()
+    assert api.obj is not None
+    ours = copy.deepcopy(api.obj["status"])
+    api.obj["status"]["chips"][0]["aicoreFree"] = 0
+    api.rv += 1
+    api.obj["metadata"]["resourceVersion"] = str(api.rv)
+    await agent.on_node_event("ADDED", served(api))
+    await settle()
+    assert api.writes == ["status"]  # within the bound: maybe the watch is behind
+    await settle()
+    await settle()
+    assert api.writes == ["status", "status"]
+    assert api.obj["status"] == ours
 
 
 async def test_a_status_edited_by_someone_else_is_written_back(
@@ -134,13 +203,17 @@ async def test_a_deletion_during_a_write_is_not_hidden_by_its_answer(
     write = asyncio.create_task(agent.publish())
     await asyncio.sleep(0)
     assert api.writes[-1] == "status"
-    # Deleted while the write is in flight (its answer still shows the object).
-    answer_before_delete = served(api)
-    await agent.on_node_event("DELETED", answer_before_delete)
+    # Deleted while the write's answer is on its way: the watch delivers the
+    # write's echo, then the deletion, before the answer arrives.
+    await agent.on_node_event("MODIFIED", served(api))
+    api.rv += 1
+    deleted = served(api)
+    deleted["metadata"]["resourceVersion"] = str(api.rv)
+    api.obj = None
+    await agent.on_node_event("DELETED", deleted)
     api.gate.set()
     await write
     api.gate = None
-    api.obj = None  # the deletion wins on the server
     await settle()
     await settle()
     assert api.writes[-1] == "restore(exists=False)"

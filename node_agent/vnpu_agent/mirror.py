@@ -1,0 +1,116 @@
+"""What the server holds of one node's VNPUNode, as far as its agent knows:
+the VNPUNode watch's latest event and the answers to the agent's own writes.
+
+The agent restores a VNPUNode someone else changed or removed, so it must
+tell a foreign change from a late event. A watch delivers events in order, so
+every event before the echo of our latest write (the event carrying the
+resourceVersion our write was answered with) is older than that write, however
+late it arrives: on a loaded API server the watch runs seconds behind the
+answers. Until the echo is in, a difference proves nothing; only resourceVersion
+equality is used, which Kubernetes allows clients to rely on. A (re-)list
+gives the newest state only, so the echo of a write before it never comes: a
+listed object ends the wait. So does the wait's bound, should the watch be down.
+A write that changed nothing is answered with the object's current
+resourceVersion and has no echo of its own: if the watch already delivered that
+version, there is nothing to wait for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vnpu_common import names
+
+# After this long without the echo of our last write, the VNPUNode is
+# compared anyway (the echo is lost to a re-list, or the watch is down).
+ECHO_WAIT_SECONDS = 30.0
+
+
+def _rv(obj: dict[str, Any]) -> str | None:
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    return rv if isinstance(rv, str) else None
+
+
+@dataclass
+class NodeMirror:
+    node: str
+    # The VNPUNode, or None once it is gone (or lost its label); nothing is
+    # known before the watch's first list.
+    observed: dict[str, Any] | None = None
+    known: bool = False
+    events: int = 0
+    # The status the server answered our last write with.
+    published: dict[str, Any] | None = None
+    # The resourceVersion of our last write's answer until the watch delivers it.
+    echo_rv: str | None = None
+    echo_since: float = 0.0
+    # The resourceVersion of the watch's latest event: a write that changed
+    # nothing is answered with the object's current one and has no echo.
+    last_rv: str | None = None
+    # The resourceVersions the watch delivered while a write was in flight
+    # (its echo may come before its answer); None while no write is.
+    _seen_in_write: list[str] | None = field(default=None, repr=False)
+
+    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        """An event of the VNPUNode watch (DELETED also when the object lost
+        the label the watch selects on)."""
+        self.observed = None if kind == "DELETED" else obj
+        self.known = True
+        self.events += 1
+        rv = self.last_rv = _rv(obj)
+        if kind == "SYNC" or (rv is not None and rv == self.echo_rv):
+            # A (re-)list shows the newest state only: an echo older than it
+            # never comes.
+            self.echo_rv = None
+        if rv is not None and self._seen_in_write is not None:
+            self._seen_in_write.append(rv)
+
+    def write_started(self) -> int:
+        """Returns the event count to hand to write_answered."""
+        self._seen_in_write = []
+        return self.events
+
+    def write_failed(self) -> None:
+        self._seen_in_write = None
+
+    def write_answered(self, obj: dict[str, Any], events_before: int, now: float) -> None:
+        seen = self._seen_in_write or []
+        self._seen_in_write = None
+        self.published = obj.get("status")
+        rv = _rv(obj)
+        self.echo_rv = None if rv is None or rv in seen or rv == self.last_rv else rv
+        self.echo_since = now
+        if self.events == events_before:
+            # The answer is the newest state we know of, unless the watch said
+            # something meanwhile: that may be newer (a deletion right after).
+            self.observed, self.known = obj, True
+
+    def echo_pending(self, now: float) -> bool:
+        """Whether the watch may still be behind our last write."""
+        return self.echo_rv is not None and now - self.echo_since < ECHO_WAIT_SECONDS
+
+    def labelled(self, obj: dict[str, Any]) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        return bool(labels.get(names.LABEL_NODE) == self.node)
+
+    def missing(self) -> bool:
+        """The watch said the VNPUNode is gone: a write must create it."""
+        return self.known and self.observed is None
+
+    def needs_restore_write(self) -> bool:
+        """The next write must create the VNPUNode or put its label back."""
+        return self.missing() or (self.observed is not None and not self.labelled(self.observed))
+
+    def differs(self) -> str | None:
+        """How the VNPUNode the server holds differs from our last write, or
+        None. Before our first write nothing differs: that write comes anyway."""
+        if self.published is None or not self.known:
+            return None
+        if self.observed is None:
+            return "deleted"
+        if not self.labelled(self.observed):
+            return "unlabelled"
+        if self.observed.get("status") != self.published:
+            return "status"
+        return None
