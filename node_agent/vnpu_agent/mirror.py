@@ -48,6 +48,10 @@ class NodeMirror:
     # The resourceVersion of the watch's latest event: a write that changed
     # nothing is answered with the object's current one and has no echo.
     last_rv: str | None = None
+    # Our writes that failed since the last that succeeded: the server may
+    # hold such a write or not (a 504 is often applied), so a difference is
+    # no one else's until a write succeeds.
+    failures: int = 0
     # The resourceVersions the watch delivered while a write was in flight
     # (its echo may come before its answer); None while no write is.
     _seen_in_write: list[str] | None = field(default=None, repr=False)
@@ -73,10 +77,12 @@ class NodeMirror:
 
     def write_failed(self) -> None:
         self._seen_in_write = None
+        self.failures += 1
 
     def write_answered(self, obj: dict[str, Any], events_before: int, now: float) -> None:
         seen = self._seen_in_write or []
         self._seen_in_write = None
+        self.failures = 0
         self.published = obj.get("status")
         rv = _rv(obj)
         self.echo_rv = None if rv is None or rv in seen or rv == self.last_rv else rv

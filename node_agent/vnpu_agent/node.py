@@ -117,6 +117,7 @@ class NodeAgent:
         self._publish_pending: asyncio.TimerHandle | None = None
         self._publish_lock = asyncio.Lock()
         self._mirror = NodeMirror(node)
+        self._publish_backoff = Backoff(base=1.0, cap=settings.retry_max_seconds)
         self._restore_pending: asyncio.TimerHandle | None = None
         self._force_publish = False
         self._node_conditions: list[Condition] = []
@@ -532,12 +533,13 @@ class NodeAgent:
 
     # -- inventory ---------------------------------------------------------
 
-    def _mark_dirty(self) -> None:
+    def _mark_dirty(self, at_least: float = 0.0) -> None:
         """Publishes soon, at most once per min interval (coalescing bursts)."""
         if self._publish_pending is not None:
             return
         wait = max(
-            0.0, self._last_publish + self.settings.inventory_min_interval_seconds - self.clock()
+            at_least,
+            self._last_publish + self.settings.inventory_min_interval_seconds - self.clock(),
         )
         loop = asyncio.get_running_loop()
         self._publish_pending = loop.call_later(wait, self._spawn_publish)
@@ -577,8 +579,14 @@ class NodeAgent:
                 obj = await self.api.restore_node(self.node, status, exists=not missing)
             else:
                 obj = await self.api.publish_node_status(self.node, status)
-        except BaseException:
+        except BaseException as exc:
             self._mirror.write_failed()
+            if isinstance(exc, Exception):
+                # Its outcome is unknown (a 504 may have been applied): write
+                # the status again, whatever the server holds, after a backoff
+                # rather than at the next resync.
+                self._force_publish = True
+                self._mark_dirty(self._publish_backoff.delay(self._mirror.failures))
             raise
         self._last_status = status
         self._force_publish = False
@@ -639,6 +647,10 @@ class NodeAgent:
     def _check_restore(self) -> None:
         self._restore_pending = None
         loop = asyncio.get_running_loop()
+        if self._mirror.failures:
+            # Our last write failed and its retry is due: the difference may
+            # be that write, applied after all, and the retry writes anyway.
+            return
         if self._publish_lock.locked() or self._mirror.echo_pending(self.clock()):
             # A write of ours is in flight, or the watch has not caught up
             # with our last one: what it shows may be older; look again.
@@ -661,4 +673,4 @@ def _echo_of(status: dict[str, Any]) -> list[int]:
 
 def _log_task_error(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.error("inventory publish failed: %s", task.exception())
+        log.error("inventory publish failed (written again shortly): %s", task.exception())

@@ -13,11 +13,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_agent import mirror as mirror_module
 from vnpu_agent import node as node_module
 from vnpu_agent.node import NodeAgent
 from vnpu_common import names
+from vnpu_common.backoff import Backoff
 
 SETTLE = 0.05
 
@@ -31,6 +33,7 @@ class RecordingApi:
         self.rv = 0
         self.writes: list[str] = []
         self.gate: asyncio.Event | None = None  # holds a write in flight while set
+        self.fail_next = 0  # writes applied but answered 504 (the server timed out)
 
     def _answer(self) -> dict[str, Any]:
         assert self.obj is not None
@@ -50,6 +53,9 @@ class RecordingApi:
         answer = self._answer()
         if self.gate is not None:
             await self.gate.wait()  # written, but the answer is on its way
+        if self.fail_next:
+            self.fail_next -= 1
+            raise ApiException(status=504, reason="Gateway Timeout")
         return answer
 
     async def restore_node(
@@ -173,6 +179,31 @@ async def test_without_its_echo_a_difference_is_restored_after_the_bound(
     await settle()
     assert api.writes == ["status", "status"]
     assert api.obj["status"] == ours
+
+
+async def test_a_write_that_failed_is_written_again_and_its_echo_restores_nothing(
+    agent: NodeAgent, api: RecordingApi
+) -> None:
+    agent._publish_backoff = Backoff(base=SETTLE, cap=SETTLE)
+    await agent.publish()
+    await agent.on_node_event("MODIFIED", served(api))
+    agent.driver_ok = False
+    agent.chips[0] = dataclasses.replace(agent.chips[0], aicore_free=0)
+    api.fail_next = 2  # an overloaded API server: applied, answered 504, twice
+    with pytest.raises(ApiException):
+        await agent.publish()
+    # The watch shows the write that failed: ours, not someone else's.
+    await agent.on_node_event("MODIFIED", served(api))
+    await settle()
+    await settle()
+    await settle()
+    assert api.writes == ["status", "status", "status", "status"]  # failed twice, then written
+    assert restorations(agent) is None
+    assert api.obj is not None
+    assert api.obj["status"]["chips"][0]["aicoreFree"] == 0
+    await agent.on_node_event("MODIFIED", served(api))
+    await settle()
+    assert len(api.writes) == 4
 
 
 async def test_a_status_edited_by_someone_else_is_written_back(
