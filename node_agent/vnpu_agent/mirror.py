@@ -42,7 +42,9 @@ class NodeMirror:
     events: int = 0
     # The status the server answered our last write with.
     published: dict[str, Any] | None = None
-    # The resourceVersion of our last write's answer until the watch delivers it.
+    # The resourceVersion our last write was answered with.
+    written_rv: str | None = None
+    # The same until the watch delivers it.
     echo_rv: str | None = None
     echo_since: float = 0.0
     # The resourceVersion of the watch's latest event: a write that changed
@@ -84,7 +86,7 @@ class NodeMirror:
         self._seen_in_write = None
         self.failures = 0
         self.published = obj.get("status")
-        rv = _rv(obj)
+        rv = self.written_rv = _rv(obj)
         self.echo_rv = None if rv is None or rv in seen or rv == self.last_rv else rv
         self.echo_since = now
         if self.events == events_before:

@@ -546,8 +546,8 @@ class NodeAgent:
 
     def _spawn_publish(self) -> None:
         self._publish_pending = None
-        task = asyncio.get_running_loop().create_task(self.publish())
-        task.add_done_callback(_log_task_error)
+        task = asyncio.get_running_loop().create_task(self.publish(), name=self.node)
+        task.add_done_callback(_log_publish_error)
 
     async def publish(self) -> None:
         # One write at a time: its answer is what later events compare with.
@@ -659,7 +659,14 @@ class NodeAgent:
         what = self._mirror.differs()
         if what is None:
             return
-        log.warning("VNPUNode %s changed by someone else (%s); restoring it", self.node, what)
+        log.warning(
+            "VNPUNode %s changed by someone else (%s); restoring it "
+            "(resourceVersion %s, our last write %s)",
+            self.node,
+            what,
+            self._mirror.last_rv,
+            self._mirror.written_rv,
+        )
         self.metrics.node_restored(self.node, what)
         self._force_publish = True
         self._mark_dirty()
@@ -671,6 +678,9 @@ def _echo_of(status: dict[str, Any]) -> list[int]:
     return [int(i) for i in text.split(",") if i.isdigit()]
 
 
-def _log_task_error(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("inventory publish failed (written again shortly): %s", task.exception())
+def _log_publish_error(task: asyncio.Task[None]) -> None:
+    if task.cancelled() or (exc := task.exception()) is None:
+        return
+    # An ApiException's text carries every response header: the status says it.
+    why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)
+    log.error("VNPUNode %s: status write failed (%s); written again shortly", task.get_name(), why)

@@ -182,7 +182,7 @@ async def test_without_its_echo_a_difference_is_restored_after_the_bound(
 
 
 async def test_a_write_that_failed_is_written_again_and_its_echo_restores_nothing(
-    agent: NodeAgent, api: RecordingApi
+    agent: NodeAgent, api: RecordingApi, caplog: pytest.LogCaptureFixture
 ) -> None:
     agent._publish_backoff = Backoff(base=SETTLE, cap=SETTLE)
     await agent.publish()
@@ -198,6 +198,7 @@ async def test_a_write_that_failed_is_written_again_and_its_echo_restores_nothin
     await settle()
     await settle()
     assert api.writes == ["status", "status", "status", "status"]  # failed twice, then written
+    assert "VNPUNode n1: status write failed (504 Gateway Timeout)" in caplog.text
     assert restorations(agent) is None
     assert api.obj is not None
     assert api.obj["status"]["chips"][0]["aicoreFree"] == 0
