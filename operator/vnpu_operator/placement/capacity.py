@@ -39,12 +39,11 @@ def template_resources(chip: ChipStatus, template: str, catalog: Catalog) -> Res
 @dataclass
 class ChipState:
     chip: ChipStatus
+    # Template -> its size on this chip (NodeInventory.offers).
+    offers: Mapping[str, Resources]
     # The admin's reason when the chip is cordoned: nothing new goes there,
     # what is there stays booked.
     cordoned: str | None = None
-    # Template -> its size on this chip (NodeInventory.offers); None: read
-    # from the chip's status on each ask.
-    offers: Mapping[str, Resources] | None = None
     used: Resources = field(default_factory=Resources)
     allocated: int = 0
     orphans: int = 0
@@ -72,10 +71,7 @@ class ChipState:
     def offer(self, template: str | None) -> Resources | None:
         """What a vNPU of `template` takes on this chip; None when the chip
         does not offer it."""
-        if self.offers is not None:
-            return self.offers.get(template) if template is not None else None
-        own = offered(self.chip, template)
-        return None if own is None else Resources.of_template(own)
+        return self.offers.get(template) if template is not None else None
 
     def book(self, need: Resources) -> None:
         self.used = self.used + need
@@ -129,9 +125,7 @@ def build_node_state(
     apart): they hold neither capacity nor their id."""
     chips = {
         chip.index: ChipState(
-            chip,
-            cordoned=inventory.cordoned.get(chip.index),
-            offers=inventory.offers.get(chip.index),
+            chip, inventory.offers[chip.index], cordoned=inventory.cordoned.get(chip.index)
         )
         for chip in inventory.status.chips
     }

@@ -59,7 +59,7 @@ def chip_fits(state: ChipState, template: str, free_ids: int) -> int:
 def whole_chip_fits(state: ChipState, template: str) -> int:
     """How many vNPUs of `template` the chip takes when empty (0 when it is
     unhealthy, cordoned or does not offer it)."""
-    empty = ChipState(state.chip, cordoned=state.cordoned, offers=state.offers)
+    empty = ChipState(state.chip, state.offers, cordoned=state.cordoned)
     return chip_fits(empty, template, empty.vnpu_limit)
 
 
