@@ -43,7 +43,6 @@ class NodeMirror:
     # known before the watch's first list.
     observed: dict[str, Any] | None = None
     known: bool = False
-    events: int = 0
     # The status the server answered our last write with.
     published: dict[str, Any] | None = None
     # The resourceVersion our last write was answered with.
@@ -58,34 +57,32 @@ class NodeMirror:
     # hold such a write or not (a 504 is often applied), so a difference is
     # no one else's until a write succeeds.
     failures: int = 0
-    # The resourceVersions the watch delivered while a write was in flight
-    # (its echo may come before its answer); None while no write is.
-    _seen_in_write: list[str] | None = field(default=None, repr=False)
+    # The resourceVersions of the events the watch delivered while a write
+    # was in flight (its echo may come before its answer); None while no
+    # write is.
+    _seen_in_write: list[str | None] | None = field(default=None, repr=False)
 
     def on_event(self, kind: str, obj: dict[str, Any]) -> None:
         """An event of the VNPUNode watch (DELETED also when the object lost
         the label the watch selects on)."""
         self.observed = None if kind == "DELETED" else obj
         self.known = True
-        self.events += 1
         rv = self.last_rv = _rv(obj)
         if kind == "SYNC" or (rv is not None and rv == self.echo_rv):
             # A (re-)list shows the newest state only: an echo older than it
             # never comes.
             self.echo_rv = None
-        if rv is not None and self._seen_in_write is not None:
+        if self._seen_in_write is not None:
             self._seen_in_write.append(rv)
 
-    def write_started(self) -> int:
-        """Returns the event count to hand to write_answered."""
+    def write_started(self) -> None:
         self._seen_in_write = []
-        return self.events
 
     def write_failed(self) -> None:
         self._seen_in_write = None
         self.failures += 1
 
-    def write_answered(self, obj: dict[str, Any], events_before: int, now: float) -> None:
+    def write_answered(self, obj: dict[str, Any], now: float) -> None:
         seen = self._seen_in_write or []
         self._seen_in_write = None
         self.failures = 0
@@ -93,7 +90,7 @@ class NodeMirror:
         rv = self.written_rv = _rv(obj)
         self.echo_rv = None if rv is None or rv in seen or rv == self.last_rv else rv
         self.echo_since = now
-        if self.events == events_before:
+        if not seen:
             # The answer is the newest state we know of, unless the watch said
             # something meanwhile: that may be newer (a deletion right after).
             self.observed, self.known = obj, True

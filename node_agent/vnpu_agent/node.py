@@ -573,7 +573,7 @@ class NodeAgent:
             return
         self._last_publish = self.clock()
         restore, missing = self._mirror.needs_restore_write(), self._mirror.missing()
-        events = self._mirror.write_started()
+        self._mirror.write_started()
         try:
             if restore:
                 obj = await self.api.restore_node(self.node, status, exists=not missing)
@@ -590,7 +590,7 @@ class NodeAgent:
             raise
         self._last_status = status
         self._force_publish = False
-        self._mirror.write_answered(obj, events, self.clock())
+        self._mirror.write_answered(obj, self.clock())
 
     async def _tell_chip_health(self) -> None:
         """The VNPUNode's ChipsHealthy condition, and an Event on the VNPUNode

@@ -18,7 +18,8 @@ def obj(rv: int, free: int = 10) -> dict[str, Any]:
 
 
 def written(mirror: NodeMirror, answer: dict[str, Any], now: float = 0.0) -> None:
-    mirror.write_answered(answer, mirror.write_started(), now)
+    mirror.write_started()
+    mirror.write_answered(answer, now)
 
 
 def test_older_events_keep_the_wait_until_the_echo() -> None:
@@ -46,10 +47,10 @@ def test_a_write_that_changed_nothing_has_no_echo_to_wait_for() -> None:
 def test_an_echo_that_came_before_the_answer_ends_the_wait() -> None:
     m = NodeMirror("n1")
     m.on_event("SYNC", obj(1))
-    events = m.write_started()
+    m.write_started()
     m.on_event("MODIFIED", obj(2, free=5))  # the echo, ahead of the answer
     m.on_event("DELETED", obj(3, free=5))  # then a deletion
-    m.write_answered(obj(2, free=5), events, 0.0)
+    m.write_answered(obj(2, free=5), 0.0)
     assert not m.echo_pending(0.0)
     assert m.differs() == "deleted"  # the answer does not hide the newer deletion
 
