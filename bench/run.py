@@ -64,9 +64,7 @@ def cpu_by_process(cluster: Cluster) -> dict[str, float]:
     pids = {name: p.pid for name, p in cluster.plane.procs.items()}
     if cluster.operator and cluster.operator.proc:
         pids["vnpu-operator"] = cluster.operator.proc.pid
-    for i, agent in enumerate(cluster.agents):
-        if agent.proc:
-            pids[f"{report.AGENT_PROCESS}-{i}"] = agent.proc.pid
+    pids.update(agent_pids(cluster))
     out = {}
     for name, pid in pids.items():
         try:
@@ -78,16 +76,24 @@ def cpu_by_process(cluster: Cluster) -> dict[str, float]:
     return out
 
 
+def agent_pids(cluster: Cluster) -> dict[str, int]:
+    """The running agent processes by the name the report gives them."""
+    return {
+        f"{report.AGENT_PROCESS}-{i}": agent.proc.pid
+        for i, agent in enumerate(cluster.agents)
+        if agent.proc
+    }
+
+
 def driver_cpu(cluster: Cluster) -> dict[str, float]:
     """CPU seconds so far of each agent process's driver calls (its worker
     threads): the simulated chips' share of the agent's CPU."""
     out = {}
-    for i, agent in enumerate(cluster.agents):
-        if agent.proc:
-            try:
-                out[f"{report.AGENT_PROCESS}-{i}"] = worker_threads_cpu(agent.proc.pid)
-            except OSError:
-                continue
+    for name, pid in agent_pids(cluster).items():
+        try:
+            out[name] = worker_threads_cpu(pid)
+        except OSError:
+            continue
     return out
 
 
