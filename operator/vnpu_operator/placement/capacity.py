@@ -80,6 +80,8 @@ class ChipState:
     def copy(self) -> ChipState:
         """Another chip to book into; `used` and `total` are immutable values,
         shared until one side books."""
+        # Not dataclasses.replace: it would re-run __post_init__ (the totals)
+        # for every chip of every fit.
         twin = object.__new__(ChipState)
         twin.__dict__.update(self.__dict__)
         return twin
