@@ -104,6 +104,10 @@ bench-1000: $(STAMP) plane ## 1000 nodes x 8 chips, 4 agent processes, 1000 pods
 bench-placement: $(STAMP) ## placement quality per policy: 200 nodes, no control plane (bench/results-placement.json; minutes on 2 cores)
 	$(PY) -m bench.placement --out bench/results-placement.json
 
+.PHONY: bench-policies
+bench-policies: $(STAMP) plane ## API server CPU per plain pod with and without the protection policies, 20 nodes (bench/results-policies.json; minutes)
+	$(PY) -m bench.policycost --out bench/results-policies.json
+
 .PHONY: bench-quick
 bench-quick: $(STAMP) plane ## small benchmark (20 nodes, 200 pods); fails on a correctness counter
 	$(PY) -m bench --quick
