@@ -29,7 +29,7 @@ from kubernetes_asyncio import client
 
 from bench import floors, load
 from bench.cluster import Cluster
-from bench.run import cpu_by_process, say
+from bench.run import add_plane_args, cpu_by_process, say
 
 APISERVER = "kube-apiserver"
 WITH, WITHOUT = "with", "without"
@@ -120,10 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hold", type=float, default=5.0, help="seconds each pod lives")
     p.add_argument("--rounds", type=int, default=4, help="rounds, each with and without")
     p.add_argument("--warmup", type=int, default=100, help="plain pods first, not counted")
-    p.add_argument("--concurrency", type=int, default=32, help="driver's in-flight requests")
-    p.add_argument("--timeout", type=float, default=180.0, help="per-wait timeout")
-    p.add_argument("--out", type=Path, default=None, help="write the results as JSON")
-    p.add_argument("--workdir", type=Path, default=None, help="keep plane and logs here")
+    add_plane_args(p)
     args = p.parse_args(argv)
     if args.rounds < 1 or args.pods < 1 or args.warmup < 0 or args.rate <= 0:
         p.error("--rounds and --pods must be at least 1, --warmup at least 0, --rate above 0")

@@ -405,6 +405,14 @@ async def _mid_snapshot(cluster: Cluster, args: argparse.Namespace) -> dict[str,
     return await asyncio.to_thread(report.correctness_snapshot, cluster, final=False)
 
 
+def add_plane_args(p: argparse.ArgumentParser) -> None:
+    """The options every benchmark on a local plane shares."""
+    p.add_argument("--concurrency", type=int, default=32, help="driver's in-flight requests")
+    p.add_argument("--timeout", type=float, default=180.0, help="per-wait timeout")
+    p.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    p.add_argument("--workdir", type=Path, default=None, help="keep plane and logs here")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=200)
@@ -413,8 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hold", type=float, default=20.0, help="seconds each churn pod lives")
     p.add_argument("--idle", type=float, default=60.0, help="idle window for writes/s")
     p.add_argument("--agents", type=int, default=1, help="agent processes sharing the nodes")
-    p.add_argument("--concurrency", type=int, default=32, help="driver's in-flight requests")
-    p.add_argument("--timeout", type=float, default=180.0, help="per-wait timeout")
+    add_plane_args(p)
     p.add_argument("--stuck-seconds", type=float, default=30.0, help="gated longer is stuck")
     p.add_argument("--quick", action="store_true", help="20 nodes, 200 pods, hold 10 s, idle 10 s")
     p.add_argument(
@@ -463,8 +470,6 @@ def main(argv: list[str] | None = None) -> int:
         default=200.0,
         help="the search stops once this rate passes",
     )
-    p.add_argument("--out", type=Path, default=None, help="write the results as JSON")
-    p.add_argument("--workdir", type=Path, default=None, help="keep plane and logs here")
     args = p.parse_args(argv)
     if args.quick:
         args.nodes, args.pods, args.hold, args.idle = 20, 200, 10.0, 10.0
