@@ -229,6 +229,29 @@ def _over(model_name: str, templates: list[str]) -> int:
     return 1 if over else 0
 
 
+def saturation_hint(r: dict[str, Any], cores: int, stuck_seconds: float) -> str | None:
+    """Why pods counted stuck gated may be late rather than lost: the churn kept
+    the machine's cores (nearly) all busy, or the logic-free floor itself kept
+    pods gated past the bound. None when neither holds or nothing was stuck."""
+    if not (r.get("correctness") or {}).get("churn_pods_stuck_gated"):
+        return None
+    churn = r.get("churn") or {}
+    busy = sum((churn.get("cpu_seconds") or {}).values()) / max(churn.get("duration_s") or 0, 1e-9)
+    floor_p99 = ((((r.get("floor") or {}).get("churn") or {}).get("ungate")) or {}).get("p99")
+    why = []
+    if cores > 0 and busy >= 0.9 * cores:
+        why.append(f"{busy:.2f} of {cores} cores busy through the churn")
+    if floor_p99 is not None and floor_p99 > stuck_seconds:
+        why.append(f"the logic-free floor's own created -> ungated p99 was {floor_p99:.1f}s")
+    if not why:
+        return None
+    return (
+        f"the machine was saturated ({'; '.join(why)}): here pods gated over "
+        f"{stuck_seconds:g}s may be late, not lost (their latencies are above); a lower --rate "
+        "or more cores tells the two apart"
+    )
+
+
 def fmt(v: Any, unit: str = "s") -> str:
     if v is None:
         return "-"

@@ -516,5 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = {k: v for k, v in out["correctness"].items() if v}
     if bad:
         print(f"FAIL: correctness counters not 0: {bad}", file=sys.stderr)
+        hint = report.saturation_hint(out, os.cpu_count() or 0, args.stuck_seconds)
+        if hint:
+            print(f"  {hint}", file=sys.stderr)
         return 1
     return 0

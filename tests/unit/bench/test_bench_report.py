@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench.floors import compare, per_event
-from bench.report import agents_total, pct, summary, webhook_calls_in
+from bench.report import agents_total, pct, saturation_hint, summary, webhook_calls_in
 from bench.run import over_idle
 
 
@@ -66,3 +68,30 @@ def test_agent_processes_are_summed_by_their_name() -> None:
     per_process = {"vnpu-agent-0": 1.5, "vnpu-agent-3": 2.0, "vnpu-operator": 9.0, "etcd": 4.0}
     assert agents_total(per_process) == 3.5
     assert agents_total({"vnpu-operator": 1.0}) == 0
+
+
+def _stuck_run(cpu_s: float, floor_p99: float | None, stuck: int = 5) -> dict[str, Any]:
+    floor = {"churn": {"ungate": {"p99": floor_p99}}} if floor_p99 is not None else None
+    return {
+        "correctness": {"churn_pods_stuck_gated": stuck},
+        "churn": {"duration_s": 100.0, "cpu_seconds": {"kube-apiserver": cpu_s * 0.8,
+                                                       "vnpu-operator": cpu_s * 0.2}},
+        "floor": floor,
+    }  # fmt: skip
+
+
+def test_saturation_hint_names_busy_cores_and_a_slow_floor() -> None:
+    hint = saturation_hint(_stuck_run(197.0, 31.0), cores=2, stuck_seconds=30)
+    assert hint is not None
+    assert "1.97 of 2 cores busy" in hint
+    assert "floor's own created -> ungated p99 was 31.0s" in hint
+    only_floor = saturation_hint(_stuck_run(50.0, 31.0), cores=16, stuck_seconds=30)
+    assert only_floor is not None
+    assert "cores busy" not in only_floor
+
+
+def test_no_saturation_hint_on_an_idle_machine_or_without_stuck_pods() -> None:
+    # Stuck pods on a machine with room to spare are a bug to look at, not load.
+    assert saturation_hint(_stuck_run(100.0, 0.5), cores=2, stuck_seconds=30) is None
+    assert saturation_hint(_stuck_run(100.0, None), cores=2, stuck_seconds=30) is None
+    assert saturation_hint(_stuck_run(197.0, 31.0, stuck=0), cores=2, stuck_seconds=30) is None
