@@ -71,8 +71,6 @@ async def rounds(args: argparse.Namespace, cluster: Cluster) -> list[dict[str, A
                 })  # fmt: skip
     finally:
         await api.close()
-        # Leave the plane as it started: enforced.
-        await asyncio.to_thread(cluster.plane.install_policies)
     return rows
 
 
