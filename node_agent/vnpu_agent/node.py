@@ -33,6 +33,7 @@ from vnpu_agent import cdi
 from vnpu_agent.config import AgentSettings
 from vnpu_agent.drivers.base import (
     VNPU,
+    CapacityError,
     ChipInfo,
     Driver,
     DriverError,
@@ -325,8 +326,20 @@ class NodeAgent:
             await self._ensure(obj, alloc)
             return
         msg = f"creating vNPU {spec.vnpu_id} failed: {exc}"
-        await self._fail(obj, alloc, exc.reason, msg)
         attempt = self.queue.failures(key) + 1
+        if (
+            isinstance(exc, CapacityError)
+            and attempt < MAX_CREATE_ATTEMPTS
+            and self._being_freed(spec.chip)
+        ):
+            # After a gap in the watch (an API server restart) the agent may hear of a new
+            # allocation before it has released the one whose room it takes: not Failed,
+            # which would send the pod elsewhere for capacity gone in a moment.
+            raise RetryLater(
+                f"{msg}; a vNPU on chip {spec.chip} is being released "
+                f"(attempt {attempt} of {MAX_CREATE_ATTEMPTS})"
+            )
+        await self._fail(obj, alloc, exc.reason, msg)
         if type(exc) is DriverFailure and attempt < MAX_CREATE_ATTEMPTS:
             raise RetryLater(f"{msg} (attempt {attempt} of {MAX_CREATE_ATTEMPTS})")
 
@@ -462,6 +475,18 @@ class NodeAgent:
             reason=names.REASON_DESTROY_DEFERRED if in_use else exc.reason,
             message=msg,
             node=self.node,
+        )
+
+    def _being_freed(self, chip: int) -> bool:
+        """Whether one of our vNPUs on `chip` is on its way out: its allocation is
+        being deleted, or it has none left (the garbage collector's)."""
+        live = {
+            obj.get("spec", {}).get("vnpuId")
+            for obj in self.allocs.values()
+            if not obj.get("metadata", {}).get("deletionTimestamp")
+        }
+        return any(
+            v.chip == chip and v.id in self.owned and v.id not in live for v in self.vnpus.values()
         )
 
     def _live_reference(self, vnpu_id: int, *, exclude: str) -> bool:

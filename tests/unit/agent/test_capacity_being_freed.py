@@ -1,0 +1,106 @@
+"""A create refused for capacity that one of the agent's own vNPUs is about to
+free is retried, not failed: after a gap in the watch the agent can hear of a
+new allocation before it has released the one whose room it takes
+(vnpu_agent.node.NodeAgent._after_failed_create)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from vnpu_agent.node import NodeAgent
+from vnpu_common import names
+from vnpu_common.workqueue import RetryLater
+
+TEMPLATE = "vir05_1c_16g"  # 5 of a 910B3's 20 AICores: four fit on one chip
+
+
+class Api:
+    """Records the agent's writes and answers them as a server would."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, dict[str, Any]] = {}
+        self.finalizers_removed: list[str] = []
+        self.rv = 100
+
+    async def patch_allocation_status(
+        self, obj: dict[str, Any], status: dict[str, Any]
+    ) -> str | None:
+        self.status[obj["metadata"]["name"]] = copy.deepcopy(status)
+        self.rv += 1
+        return str(self.rv)
+
+    async def remove_finalizer(self, obj: dict[str, Any]) -> None:
+        self.finalizers_removed.append(obj["metadata"]["name"])
+
+    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": node, "labels": {names.LABEL_NODE: node}}, "status": status}
+
+    async def event(self, involved: dict[str, Any], **_: Any) -> None:
+        return None
+
+
+def allocation(name: str, vnpu_id: int) -> dict[str, Any]:
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.ALLOCATION_KIND,
+        "metadata": {
+            "name": name, "namespace": "team-a", "uid": f"uid-{name}", "resourceVersion": "1",
+            "generation": 1, "labels": {names.LABEL_NODE: "n1"},
+            "finalizers": [names.ALLOCATION_FINALIZER],
+        },
+        "spec": {"podName": name, "podUID": f"pod-{name}", "nodeName": "n1", "chip": 0,
+                 "template": TEMPLATE, "vnpuId": vnpu_id},
+    }  # fmt: skip
+
+
+@pytest.fixture
+async def full_chip(new_agent: Callable[..., Awaitable[NodeAgent]]) -> NodeAgent:
+    """An agent whose one chip holds four Ready vNPUs, 100 to 103."""
+    agent = await new_agent(Api(), chips="910B3=1", interval=3600)
+    for i in range(4):
+        obj = allocation(f"a{i}", 100 + i)
+        agent.allocs[f"team-a/a{i}"] = obj
+        await agent.reconcile(f"team-a/a{i}")
+    assert sorted(v.id for v in agent.driver.list_vnpus(0)) == [100, 101, 102, 103]
+    return agent
+
+
+async def test_capacity_held_by_an_allocation_being_deleted_is_waited_for(
+    full_chip: NodeAgent,
+) -> None:
+    agent, api = full_chip, full_chip.api
+    assert isinstance(api, Api)
+    agent.allocs["team-a/a0"]["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
+    agent.allocs["team-a/new"] = allocation("new", 104)
+
+    with pytest.raises(RetryLater, match="being released"):
+        await agent.reconcile("team-a/new")
+    assert "new" not in api.status  # not Failed: the pod keeps its place
+
+    await agent.reconcile("team-a/a0")  # the release the watch gap delayed
+    assert api.finalizers_removed == ["a0"]
+    await agent.reconcile("team-a/new")
+    assert api.status["new"]["phase"] == names.PHASE_READY
+    assert sorted(v.id for v in agent.driver.list_vnpus(0)) == [101, 102, 103, 104]
+
+
+async def test_an_orphan_of_ours_counts_as_being_freed(full_chip: NodeAgent) -> None:
+    # a0's object went without its release (finalizer removed by hand): its
+    # vNPU is the garbage collector's, so its room comes back too.
+    del full_chip.allocs["team-a/a0"]
+    full_chip.allocs["team-a/new"] = allocation("new", 104)
+    with pytest.raises(RetryLater):
+        await full_chip.reconcile("team-a/new")
+
+
+async def test_a_chip_full_of_live_vnpus_fails_the_allocation(full_chip: NodeAgent) -> None:
+    api = full_chip.api
+    assert isinstance(api, Api)
+    full_chip.allocs["team-a/new"] = allocation("new", 104)
+    await full_chip.reconcile("team-a/new")  # no RetryLater: nothing will free room
+    assert api.status["new"]["phase"] == names.PHASE_FAILED
+    assert "not enough AICore" in api.status["new"]["message"]
