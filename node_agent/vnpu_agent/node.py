@@ -59,6 +59,7 @@ from vnpu_common.api.models import (
 )
 from vnpu_common.backoff import Backoff
 from vnpu_common.informer import key_of
+from vnpu_common.rawcall import describe
 from vnpu_common.workqueue import RetryLater, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -706,6 +707,6 @@ def _echo_of(status: dict[str, Any]) -> list[int]:
 def _log_publish_error(task: asyncio.Task[None]) -> None:
     if task.cancelled() or (exc := task.exception()) is None:
         return
-    # An ApiException's text carries every response header: the status says it.
-    why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)
+    # describe: an ApiException's text carries every response header.
+    why = describe(exc)
     log.error("VNPUNode %s: status write failed (%s); written again shortly", task.get_name(), why)
