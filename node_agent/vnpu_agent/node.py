@@ -428,7 +428,7 @@ class NodeAgent:
                 self.vnpus[v.id] = v
         vnpu = self.vnpus.get(spec.vnpu_id)
         ours = vnpu is not None and (vnpu.template, vnpu.chip) == (spec.template, spec.chip)
-        if ours and self._live_reference(spec.vnpu_id, exclude=key):
+        if ours and spec.vnpu_id in self._live_vnpu_ids(exclude=key):
             log.error(
                 "vNPU %s of %s is also held by a live allocation; not destroying", spec.vnpu_id, key
             )
@@ -481,22 +481,18 @@ class NodeAgent:
     def _being_freed(self, chip: int) -> bool:
         """Whether one of our vNPUs on `chip` is on its way out: its allocation is
         being deleted, or it has none left (the garbage collector's)."""
-        live = {
-            obj.get("spec", {}).get("vnpuId")
-            for obj in self.allocs.values()
-            if not obj.get("metadata", {}).get("deletionTimestamp")
-        }
+        live = self._live_vnpu_ids()
         return any(
             v.chip == chip and v.id in self.owned and v.id not in live for v in self.vnpus.values()
         )
 
-    def _live_reference(self, vnpu_id: int, *, exclude: str) -> bool:
-        for key, obj in self.allocs.items():
-            if key == exclude or obj.get("metadata", {}).get("deletionTimestamp"):
-                continue
-            if obj.get("spec", {}).get("vnpuId") == vnpu_id:
-                return True
-        return False
+    def _live_vnpu_ids(self, *, exclude: str | None = None) -> set[int]:
+        """The vNPU ids of the allocations not being deleted, but `exclude`'s."""
+        return {
+            obj.get("spec", {}).get("vnpuId")
+            for key, obj in self.allocs.items()
+            if key != exclude and not obj.get("metadata", {}).get("deletionTimestamp")
+        }
 
     # -- periodic work -----------------------------------------------------
 

@@ -1,7 +1,8 @@
 """A create refused for capacity that one of the agent's own vNPUs is about to
 free is retried, not failed: after a gap in the watch the agent can hear of a
 new allocation before it has released the one whose room it takes
-(vnpu_agent.node.NodeAgent._after_failed_create)."""
+(vnpu_agent.node.NodeAgent._after_failed_create). Its notion of a live vNPU is
+the release's, which leaves a vNPU a live allocation names."""
 
 from __future__ import annotations
 
@@ -104,3 +105,20 @@ async def test_a_chip_full_of_live_vnpus_fails_the_allocation(full_chip: NodeAge
     await full_chip.reconcile("team-a/new")  # no RetryLater: nothing will free room
     assert api.status["new"]["phase"] == names.PHASE_FAILED
     assert "not enough AICore" in api.status["new"]["message"]
+
+
+async def test_a_vnpu_a_live_allocation_also_names_is_not_destroyed(
+    full_chip: NodeAgent,
+) -> None:
+    # The live-allocation check that _being_freed shares with the release: a
+    # deleted allocation whose vNPU id a live one names as well releases only
+    # its finalizer.
+    api = full_chip.api
+    assert isinstance(api, Api)
+    twin = allocation("twin", 100)
+    full_chip.allocs["team-a/twin"] = twin
+    full_chip.allocs["team-a/a0"]["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
+    await full_chip.reconcile("team-a/a0")
+    assert api.finalizers_removed == ["a0"]
+    assert 100 in {v.id for v in full_chip.driver.list_vnpus(0)}
+    assert not full_chip._being_freed(0)  # vNPU 100 is twin's now
