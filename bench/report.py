@@ -229,14 +229,19 @@ def _over(model_name: str, templates: list[str]) -> int:
     return 1 if over else 0
 
 
+def cores_busy(churn: dict[str, Any]) -> float:
+    """How many cores the processes we measure kept busy on average through the churn."""
+    cpu = churn.get("cpu_seconds") or {}
+    return float(sum(cpu.values())) / max(churn.get("duration_s") or 0, 1e-9)
+
+
 def saturation_hint(r: dict[str, Any], cores: int, stuck_seconds: float) -> str | None:
     """Why pods counted stuck gated may be late rather than lost: the churn kept
     the machine's cores (nearly) all busy, or the logic-free floor itself kept
     pods gated past the bound. None when neither holds or nothing was stuck."""
     if not (r.get("correctness") or {}).get("churn_pods_stuck_gated"):
         return None
-    churn = r.get("churn") or {}
-    busy = sum((churn.get("cpu_seconds") or {}).values()) / max(churn.get("duration_s") or 0, 1e-9)
+    busy = cores_busy(r.get("churn") or {})
     floor_p99 = ((((r.get("floor") or {}).get("churn") or {}).get("ungate")) or {}).get("p99")
     why = []
     if cores > 0 and busy >= 0.9 * cores:
@@ -336,8 +341,7 @@ def print_table(r: dict[str, Any]) -> None:
         f"{p['agents']['mb_per_node_over_base']:.3f} MB/node (target <= 1)")  # fmt: skip
     cpu = r["churn"].get("cpu_seconds") or {}
     if cpu:
-        busy = sum(cpu.values()) / max(r["churn"]["duration_s"], 1e-9)
-        row("churn CPU s by process", f"{busy:.2f} of the cores busy on average")
+        row("churn CPU s by process", f"{cores_busy(r['churn']):.2f} of the cores busy on average")
         for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
             row(f"  {name}", f"{seconds:.1f}s")
     lean = r["churn"].get("cpu_ms_per_pod_over_idle") or {}
