@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import Cluster
+from bench.stacks import LOOP
 from localplane import LocalPlane
 from vnpu_agent.drivers.catalog import Usage, find_model
 from vnpu_common import names
@@ -354,11 +355,22 @@ def print_table(r: dict[str, Any]) -> None:
         driver = agents_total(r["churn"].get("driver_ms_per_pod_over_idle") or {})
         row("  agent(s): own code / simulated driver", f"{agents - driver:.1f} / {driver:.1f}  "
             "(the driver calls' threads: the simulator, in place of the chips)")  # fmt: skip
+    print_stacks(r.get("stacks") or {})
     print_floors(r, row)
     print("-- correctness (all must be 0)")
     for k, v in r["correctness"].items():
         row(f"  {k}", str(v))
     row("runtime", f"{r['runtime_s']:.0f}s")
+
+
+def print_stacks(by_process: dict[str, Any], limit: int = 12) -> None:
+    """Where each process's churn CPU went, by py-spy's samples (bench/stacks.py)."""
+    for name, prof in sorted(by_process.items()):
+        print(f"-- {name}: where the churn's CPU went ({prof['samples']} samples, py-spy; "
+              "inclusive shares)")  # fmt: skip
+        print(f"    {100 * prof['loop_share']:5.1f}%  innermost frame: {LOOP}")
+        for fn, share in prof["top"][:limit]:
+            print(f"    {100 * share:5.1f}%  {fn}")
 
 
 def _ms(v: Any) -> str:

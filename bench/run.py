@@ -31,7 +31,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from bench import floors, load, report
+from bench import floors, load, report, stacks
 from bench.allocclock import AllocationClock, reuse_delays
 from bench.cluster import Cluster, ProcStats, proc_stats, stats, worker_threads_cpu
 from bench.rates import Search
@@ -62,9 +62,7 @@ def cpu_by_process(cluster: Cluster) -> dict[str, float]:
     """CPU seconds so far of every process on the machine's two cores that
     the benchmark started, this one included: who the churn's CPU went to."""
     pids = {name: p.pid for name, p in cluster.plane.procs.items()}
-    if cluster.operator and cluster.operator.proc:
-        pids["vnpu-operator"] = cluster.operator.proc.pid
-    pids.update(agent_pids(cluster))
+    pids.update(our_pids(cluster))
     out = {}
     for name, pid in pids.items():
         try:
@@ -74,6 +72,14 @@ def cpu_by_process(cluster: Cluster) -> dict[str, float]:
     t = os.times()
     out["bench-driver"] = t.user + t.system
     return out
+
+
+def our_pids(cluster: Cluster) -> dict[str, int]:
+    """The operator's and the agents' processes by the name the report gives them."""
+    pids = agent_pids(cluster)
+    if cluster.operator and cluster.operator.proc:
+        pids["vnpu-operator"] = cluster.operator.proc.pid
+    return pids
 
 
 def agent_pids(cluster: Cluster) -> dict[str, int]:
@@ -120,6 +126,9 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     req0 = report.apiserver_requests(plane)
     hooks0 = report.webhook_calls(plane)
     say(f"churn: {args.pods} pods at {args.rate}/s, held {args.hold}s")
+    sampler = stacks.Sampler(our_pids(cluster), cluster.workdir) if args.pyspy else None
+    if sampler:
+        sampler.start()
     cpu_start, t_cpu0 = cpu_by_process(cluster), time.monotonic()
     drv_start = driver_cpu(cluster)
     snap_task = asyncio.create_task(_mid_snapshot(cluster, args))
@@ -127,6 +136,9 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     mid = await snap_task
     cpu_end, cpu_window = cpu_by_process(cluster), time.monotonic() - t_cpu0
     drv_end = driver_cpu(cluster)
+    if sampler:
+        sampled = await asyncio.to_thread(sampler.stop)
+        out["stacks"] = {k: v.to_json() for k, v in sampled.items()}
     off1 = settle_audit(plane.audit_log)
     req1 = report.apiserver_requests(plane)
     hooks1 = report.webhook_calls(plane)
@@ -424,6 +436,12 @@ def main(argv: list[str] | None = None) -> int:
     add_plane_args(p)
     p.add_argument("--stuck-seconds", type=float, default=30.0, help="gated longer is stuck")
     p.add_argument("--quick", action="store_true", help="20 nodes, 200 pods, hold 10 s, idle 10 s")
+    p.add_argument(
+        "--pyspy",
+        action="store_true",
+        help="sample the operator's and agents' Python stacks with py-spy during the churn "
+        "and report where their CPU went (bench/stacks.py)",
+    )
     p.add_argument(
         "--floors",
         action=argparse.BooleanOptionalAction,
