@@ -56,9 +56,11 @@ def _environment(machine: str) -> dict[str, str]:
 
 
 def _linux_tags(machine: str) -> set[tags.Tag]:
-    """Every wheel tag CPython 3.11 on a glibc 2.36 Linux of this machine installs."""
-    platforms = [f"manylinux_2_{minor}_{machine}" for minor in range(GLIBC[1], 16, -1)]
-    platforms.append(f"manylinux2014_{machine}")
+    """Every wheel tag CPython 3.11 on a glibc 2.36 Linux of this machine installs:
+    manylinux down to glibc 2.5 (PEP 600) and the older names of 2.17, 2.12 and 2.5
+    (PEP 599, 571, 513), as pip accepts them (py-spy ships manylinux1 for x86_64)."""
+    platforms = [f"manylinux_2_{minor}_{machine}" for minor in range(GLIBC[1], 4, -1)]
+    platforms += [f"manylinux{old}_{machine}" for old in ("2014", "2010", "1")]
     return {
         *tags.cpython_tags(PYTHON, abis=["cp311", "abi3", "none"], platforms=platforms),
         *tags.compatible_tags(PYTHON, "cp311", platforms),
