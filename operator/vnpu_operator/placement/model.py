@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -49,6 +49,17 @@ class Resources:
     @classmethod
     def totals(cls, chip: ChipStatus) -> Resources:
         return cls(chip.aicore_total, chip.memory_total_mb, chip.aicpu_total, chip.media_total)
+
+    @classmethod
+    def sum(cls, values: Iterable[Resources]) -> Resources:
+        """All of `values` added, building one value rather than one per addition."""
+        aicore = memory_mb = aicpu = media = 0
+        for v in values:
+            aicore += v.aicore
+            memory_mb += v.memory_mb
+            aicpu += v.aicpu
+            media += v.media
+        return cls(aicore, memory_mb, aicpu, media)
 
     def __add__(self, other: Resources) -> Resources:
         return Resources(

@@ -259,3 +259,13 @@ def test_node_state_is_a_copy() -> None:
     state.used_ids.add(100)
     assert ledger.capacity() == before
     assert isinstance(ledger.place(request("a")), Placement)
+
+
+def test_a_sum_of_resources_is_their_additions_field_by_field() -> None:
+    values = [Resources(2, 16 * GB, 1, 0), Resources(4, 32 * GB, 2, 1), Resources(1, 0, 0, 3)]
+    total = Resources.sum(values)
+    assert total == values[0] + values[1] + values[2]
+    assert total == Resources(7, 48 * GB, 3, 4)
+    assert Resources.sum([]) == Resources()
+    # A generator is read once, as build_node_state and NodeState.usage pass them.
+    assert Resources.sum(v for v in values) == total
