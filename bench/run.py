@@ -440,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         "--pyspy",
         action="store_true",
         help="sample the operator's and agents' Python stacks with py-spy during the churn "
-        "and report where their CPU went (bench/stacks.py)",
+        "and report where their CPU went (bench/stacks.py); with --workdir the raw stacks "
+        "stay there as <process>.pyspy.txt",
     )
     p.add_argument(
         "--floors",
