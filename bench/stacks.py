@@ -29,8 +29,12 @@ from typing import IO
 
 RATE = 200  # samples per second: enough for shares to a percent over a churn
 LOOP = "event loop (C: uvloop, TLS, sockets)"
-# The frames every sample of the main thread shares (the process's entry points).
-_ROOTS = ("<module>", "_run_module_as_main", "_run_code", "main", "run", "Runner.run")
+# The frames every sample of a thread shares (the process's entry points, and a worker
+# thread's start, whose samples all show `_worker` of the executor as well).
+_ROOTS = (
+    "<module>", "_run_module_as_main", "_run_code", "main", "run", "Runner.run",
+    "Thread._bootstrap", "Thread._bootstrap_inner", "Thread.run",
+)  # fmt: skip
 
 _FRAME = re.compile(r"^(?P<fn>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 

@@ -20,6 +20,14 @@ MAIN = (
 )
 
 
+THREAD = (
+    "Thread._bootstrap (/usr/lib/python3.11/threading.py:995);"
+    "Thread._bootstrap_inner (/usr/lib/python3.11/threading.py:1038);"
+    "Thread.run (/usr/lib/python3.11/threading.py:975);"
+    "_worker (/usr/lib/python3.11/concurrent/futures/thread.py:83)"
+)
+
+
 def test_frame_names_drop_lines_and_the_path_up_to_the_package() -> None:
     assert frame_name(f"Controller.reconcile ({OP}/controller.py:406)") == (
         "Controller.reconcile (vnpu_operator/controller.py)"
@@ -41,21 +49,27 @@ def test_shares_are_inclusive_counted_once_per_stack_and_leave_out_the_roots() -
         {MAIN};reconcile ({OP}/controller.py:406);reconcile ({OP}/controller.py:420) 10
         {MAIN};_watch (/work/main/common/vnpu_common/informer.py:171) 20
         {MAIN} 30
+        {THREAD};create (/work/main/node_agent/vnpu_agent/drivers/sim.py:80) 25
         not a stack line
         """)
     prof = profile(raw)
-    assert prof.samples == 100
+    assert prof.samples == 125
     shares = dict(prof.top)
     # 30 + 10 + 10: the recursion's second frame is not counted twice.
-    assert shares["reconcile (vnpu_operator/controller.py)"] == 0.5
-    assert shares["_write (vnpu_operator/kubeapi.py)"] == 0.3
-    assert shares["_watch (vnpu_common/informer.py)"] == 0.2
-    assert shares["decide (vnpu_operator/lifecycle.py)"] == 0.1
-    assert not any(name.startswith(("Runner.run", "main ", "<module>")) for name in shares)
+    assert shares["reconcile (vnpu_operator/controller.py)"] == 50 / 125
+    assert shares["_write (vnpu_operator/kubeapi.py)"] == 30 / 125
+    assert shares["_watch (vnpu_common/informer.py)"] == 20 / 125
+    assert shares["decide (vnpu_operator/lifecycle.py)"] == 10 / 125
+    # A worker thread's samples show under the executor's worker and what it ran.
+    assert shares["_worker (concurrent/futures/thread.py)"] == 25 / 125
+    assert shares["create (vnpu_agent/drivers/sim.py)"] == 25 / 125
+    assert not any(
+        name.startswith(("Runner.run", "main ", "<module>", "Thread.")) for name in shares
+    )
     assert prof.top[0][0] == "reconcile (vnpu_operator/controller.py)"
     # The samples in uvloop's C code, under the loop's own frame.
-    assert prof.loop_share == 0.3
-    assert prof.to_json()["loop_share"] == 0.3
+    assert prof.loop_share == 30 / 125
+    assert prof.to_json()["loop_share"] == round(30 / 125, 4)
 
 
 def test_no_samples_is_an_empty_profile() -> None:
