@@ -236,6 +236,30 @@ def cores_busy(churn: dict[str, Any]) -> float:
     return float(sum(cpu.values())) / max(churn.get("duration_s") or 0, 1e-9)
 
 
+def burst_cpu_rows(burst: dict[str, Any]) -> list[tuple[str, str]]:
+    """Cores busy through each burst, then each process's CPU ms per burst
+    pod, ours / floor, largest first (the floor's writer runs inside the
+    bench-driver). Nothing for a run without the burst's CPU."""
+    cpu = burst.get("cpu") or {}
+    ours, floor = cpu.get("ours"), cpu.get("floor")
+    pods = burst.get("pods") or 0
+    if not ours or not pods:
+        return []
+
+    def busy(w: dict[str, Any] | None) -> str:
+        return "-" if not w else f"{sum(w['cpu_seconds'].values()) / max(w['window_s'], 1e-9):.2f}"
+
+    def ms(w: dict[str, Any] | None, name: str) -> str:
+        seconds = (w or {}).get("cpu_seconds", {}).get(name)
+        return "-" if seconds is None else f"{1000 * seconds / pods:.1f}"
+
+    rows = [("  burst cores busy, ours / floor", f"{busy(ours)} / {busy(floor)}")]
+    rows.append(("  burst CPU ms per pod, ours / floor", ""))
+    for name in sorted(ours["cpu_seconds"], key=lambda k: -ours["cpu_seconds"][k]):
+        rows.append((f"    {name}", f"{ms(ours, name)} / {ms(floor, name)}"))
+    return rows
+
+
 def saturation_hint(r: dict[str, Any], cores: int, stuck_seconds: float) -> str | None:
     """Why pods counted stuck gated may be late rather than lost: the churn kept
     the machine's cores (nearly) all busy, or the logic-free floor itself kept
@@ -304,6 +328,8 @@ def print_table(r: dict[str, Any]) -> None:
         row("burst throughput ours / floor (pods/s)", f"{fmt(b['ours_pods_per_s'], '')} / "
             f"{fmt(b['floor_pods_per_s'], '')}"
             f"  ratio {fmt(r['ratios']['throughput'], 'x')}")  # fmt: skip
+    for label, value in burst_cpu_rows(b):
+        row(label, value)
     f2 = r["fill"]
     row("fill: placed / waiting / freed", f"{f2['placed']} / {f2['waiting']} / {f2['freed']}")
     for key, label in (

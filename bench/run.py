@@ -103,6 +103,24 @@ def driver_cpu(cluster: Cluster) -> dict[str, float]:
     return out
 
 
+class CpuWindow:
+    """CPU seconds each benchmark-started process spent from `start()` until
+    `stop()`, and the window's length: what a phase cost, and whom."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+        self._start: dict[str, float] = {}
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        self._start, self._t0 = cpu_by_process(self._cluster), time.monotonic()
+
+    def stop(self) -> dict[str, Any]:
+        end, window = cpu_by_process(self._cluster), time.monotonic() - self._t0
+        spent = {k: round(v - self._start.get(k, 0.0), 2) for k, v in end.items()}
+        return {"window_s": window, "cpu_seconds": spent}
+
+
 def ratio(a: Any, b: Any) -> float | None:
     return a / b if a is not None and b else None
 
@@ -192,6 +210,8 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     clock = AllocationClock(client.CustomObjectsApi(api), "bench")
     clock.start()
     await clock.synced.wait()
+    burst_cpu = CpuWindow(cluster)
+    burst_cpu.start()
     t0 = await load.burst_create(driver, fill)
 
     def placed_so_far() -> int:
@@ -203,6 +223,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         args.timeout,
         progress=lambda: say(f"fill: {placed_so_far()} of {capacity} placed"),
     )
+    ours_burst_cpu = burst_cpu.stop()
     await asyncio.sleep(5)  # nothing else should be placed
     placed = [p for p in fill if p.ungated]
     waiting = [p for p in fill if not p.ungated and p.created]
@@ -315,16 +336,24 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     await asyncio.to_thread(cluster.stop_operator)
     await tracker.stop()
     floor_tp: float | None = None
+    floor_burst_cpu: dict[str, Any] | None = None
     if args.floor_replay:
         say("floor: the operator (and its webhooks) stopped; same churn and burst, no logic")
-        out["floor"], floor_tp = await floor_replay(cluster, core, limit, len(placed), args, say)
+        out["floor"], floor_tp, floor_burst_cpu = await floor_replay(
+            cluster, core, limit, len(placed), args, say
+        )
         out["ratios"] = {
             f"{key}_{p}": ratio(out["churn"][key][p], out["floor"]["churn"][key][p])
             for key in ("ungate", "gone")
             for p in ("p50", "p99")
         }
         out["ratios"]["throughput"] = ratio(ours_tp, floor_tp)
-    out["burst"] = {"pods": len(placed), "ours_pods_per_s": ours_tp, "floor_pods_per_s": floor_tp}
+    out["burst"] = {
+        "pods": len(placed), "ours_pods_per_s": ours_tp, "floor_pods_per_s": floor_tp,
+        # Who the burst's CPU went to: on a machine whose cores the burst keeps
+        # busy, the throughput ratio is the ratio of these totals per pod.
+        "cpu": {"ours": ours_burst_cpu, "floor": floor_burst_cpu},
+    }  # fmt: skip
     if args.floors or args.rate_search:
         await asyncio.to_thread(floors.ensure_namespace, cluster, floors.BASE_NS)
     if args.floors:
@@ -360,10 +389,10 @@ async def floor_replay(
     burst: int,
     args: argparse.Namespace,
     say: Callable[[str], None],
-) -> tuple[dict[str, Any], float | None]:
+) -> tuple[dict[str, Any], float | None, dict[str, Any]]:
     """The churn and a burst of `burst` fill pods again, the operator's
     writes made by a logic-free script (load.FloorWriter): the floor's
-    results, and its burst throughput."""
+    results, its burst throughput and the burst's CPU (`CpuWindow`)."""
     # The floor writes what the operator writes, so it needs the operator's identity: the
     # protection policies let nobody else create allocations or ungate pods.
     fapi = await load.api_client(cluster.plane.operator_kubeconfig, load.FLOOR_UA, args.concurrency)
@@ -379,8 +408,11 @@ async def floor_replay(
         fgone = [x for p in fpods if (x := p.gone_latency()) is not None]
         template, count = load.FILL
         fburst = [load.PodTimes(f"f-{i:05d}", template, count) for i in range(burst)]
+        burst_cpu = CpuWindow(cluster)
+        burst_cpu.start()
         ft0 = await load.burst_create(fdriver, fburst)
         await load.wait_until(ftracker, lambda: all(p.ungated for p in fburst), args.timeout)
+        spent = burst_cpu.stop()
         flast = max((p.ungated for p in fburst if p.ungated), default=ft0)
         floor_tp = len(fburst) / (flast - ft0) if flast > ft0 else None
         await load.delete_all(fdriver, fburst, args.timeout, say)
@@ -392,7 +424,7 @@ async def floor_replay(
                   "gone": report.summary(fgone)},
         "errors": (fdriver.errors + writer.errors)[:20],
     }  # fmt: skip
-    return result, floor_tp
+    return result, floor_tp, spent
 
 
 def over_idle(

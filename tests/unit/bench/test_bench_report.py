@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from bench.floors import compare, per_event
-from bench.report import agents_total, pct, saturation_hint, summary, webhook_calls_in
+from bench.report import (
+    agents_total,
+    burst_cpu_rows,
+    pct,
+    saturation_hint,
+    summary,
+    webhook_calls_in,
+)
 from bench.run import over_idle
 
 
@@ -95,3 +102,32 @@ def test_no_saturation_hint_on_an_idle_machine_or_without_stuck_pods() -> None:
     assert saturation_hint(_stuck_run(100.0, 0.5), cores=2, stuck_seconds=30) is None
     assert saturation_hint(_stuck_run(100.0, None), cores=2, stuck_seconds=30) is None
     assert saturation_hint(_stuck_run(197.0, 31.0, stuck=0), cores=2, stuck_seconds=30) is None
+
+
+def test_burst_cpu_rows_give_cores_busy_and_ms_per_pod_largest_first() -> None:
+    ours = {"vnpu-operator": 2.0, "kube-apiserver": 12.0}
+    floor = {"kube-apiserver": 6.0, "bench-driver": 1.5}
+    burst = {
+        "pods": 100,
+        "cpu": {
+            "ours": {"window_s": 10.0, "cpu_seconds": ours},
+            "floor": {"window_s": 5.0, "cpu_seconds": floor},
+        },
+    }
+    rows = dict(burst_cpu_rows(burst))
+    assert rows["  burst cores busy, ours / floor"] == "1.40 / 1.50"
+    assert rows["    kube-apiserver"] == "120.0 / 60.0"
+    # A process the floor did not run has no floor figure.
+    assert rows["    vnpu-operator"] == "20.0 / -"
+    names = [label for label, _ in burst_cpu_rows(burst)][2:]
+    assert names == ["    kube-apiserver", "    vnpu-operator"]
+
+
+def test_burst_cpu_rows_without_floor_or_figures() -> None:
+    ours = {"window_s": 2.0, "cpu_seconds": {"kube-apiserver": 1.0}}
+    rows = dict(burst_cpu_rows({"pods": 10, "cpu": {"ours": ours, "floor": None}}))
+    assert rows["  burst cores busy, ours / floor"] == "0.50 / -"
+    assert rows["    kube-apiserver"] == "100.0 / -"
+    # Results written before the burst's CPU was measured print nothing.
+    assert burst_cpu_rows({"pods": 10, "ours_pods_per_s": 3.0}) == []
+    assert burst_cpu_rows({"pods": 0, "cpu": {"ours": ours}}) == []
