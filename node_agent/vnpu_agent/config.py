@@ -98,6 +98,13 @@ class AgentSettings(BaseSettings):
         ge=0,
         description="Coalesce VNPUNode status writes: at most one per interval.",
     )
+    inventory_settle_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="A VNPUNode change that only restates the allocations (their vNPUs "
+        "created or destroyed, the free figures and counts those move) is written at most "
+        "this long after the last write; any other change at the minimum interval.",
+    )
     lease_duration_seconds: int = Field(
         default=40,
         ge=5,

@@ -97,6 +97,27 @@ def build_status(
     return status.to_api()
 
 
+# What the allocations already tell whoever reads the VNPUNode: the vNPUs
+# they own, and the counts and free figures those vNPUs move.
+_RESTATED_TOP = ("vnpuCount", "freeAICore")
+_RESTATED_CHIP = ("aicoreFree", "memoryFreeMb", "aicpuFree", "mediaFree", "vnpus")
+
+
+def news(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a published status the allocations do not already tell:
+    chips' identity, health, totals and templates, vNPUs no allocation owns,
+    conditions, the cordon echo. Placement books our own vNPUs from the
+    allocations, so a status that differs from the last one only outside
+    this part can wait (AgentSettings.inventory_settle_seconds)."""
+    chips = []
+    for chip in status.get("chips") or []:
+        kept = {k: v for k, v in chip.items() if k not in _RESTATED_CHIP}
+        kept["unowned"] = [v for v in chip.get("vnpus") or [] if not v.get("allocation")]
+        chips.append(kept)
+    top = {k: v for k, v in status.items() if k not in _RESTATED_TOP and k != "chips"}
+    return {**top, "chips": chips}
+
+
 def _indexes(chips: Iterable[int]) -> str:
     return ",".join(str(i) for i in sorted(set(chips)))
 

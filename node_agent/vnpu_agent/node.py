@@ -45,7 +45,7 @@ from vnpu_agent.drivers.base import (
 )
 from vnpu_agent.failpoints import failpoint
 from vnpu_agent.gc import OrphanTracker
-from vnpu_agent.inventory import build_status, cordoned_chips
+from vnpu_agent.inventory import build_status, cordoned_chips, news
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.mirror import NodeMirror
@@ -443,6 +443,14 @@ class NodeAgent:
                 raise RetryLater(f"destroying vNPU {spec.vnpu_id} deferred: {exc}") from exc
             self.vnpus.pop(spec.vnpu_id, None)
             self._mark_dirty()
+            # A VNPUNode write in flight may carry a status built before this
+            # destroy. Landing after the finalizer's removal it would list the
+            # vNPU as present after its allocation went, and the operator would
+            # count it again until our next write, which may settle for
+            # inventory_settle_seconds. So the finalizer goes once any write
+            # begun before the destroy has landed.
+            async with self._publish_lock:
+                pass
         self.owned.discard(spec.vnpu_id)
         self.gc.forget(spec.vnpu_id)
         cdi.remove(self.settings.cdi_dir, self.node, spec.vnpu_id)
@@ -593,8 +601,10 @@ class NodeAgent:
         )
         if status == self._last_status and not self._force_publish:
             return
-        self._last_publish = self.clock()
         restore, missing = self._mirror.needs_restore_write(), self._mirror.missing()
+        if not (self._force_publish or restore) and self._only_restated(status):
+            return
+        self._last_publish = self.clock()
         self._mirror.write_started()
         try:
             if restore:
@@ -613,6 +623,21 @@ class NodeAgent:
         self._last_status = status
         self._force_publish = False
         self._mirror.write_answered(obj, self.clock())
+
+    def _only_restated(self, status: dict[str, Any]) -> bool:
+        """True, and the write put off, when `status` differs from the last
+        one written only in what the allocations already say and the last
+        write is younger than the settle interval. A busy node then writes
+        once per interval instead of once per vNPU; a quiet one at once.
+        At 200 nodes a VNPUNode status write cost the API server about four
+        times an allocation's (a 5 KB object validated whole on every write)."""
+        if self._last_status is None or news(status) != news(self._last_status):
+            return False
+        due = self._last_publish + self.settings.inventory_settle_seconds - self.clock()
+        if due <= 0:
+            return False
+        self._mark_dirty(at_least=due)
+        return True
 
     async def _tell_chip_health(self) -> None:
         """The VNPUNode's ChipsHealthy condition, and an Event on the VNPUNode

@@ -19,19 +19,26 @@ NewAgent = Callable[..., Awaitable[NodeAgent]]
 
 @pytest.fixture
 def new_agent(tmp_path: Path) -> NewAgent:
-    """`await new_agent(api, driver=None, chips="910B3=2", interval=0)`: agent
-    "n1" writing through the fake `api`, its driver read once. Without
+    """`await new_agent(api, driver=None, chips="910B3=2", interval=0, settle=0)`:
+    agent "n1" writing through the fake `api`, its driver read once. Without
     `driver`, a simulator of `chips`; `interval` is the inventory's minimum
-    interval in seconds."""
+    interval in seconds, `settle` its settle interval (0: every change is
+    written at the minimum interval)."""
 
     async def make(
-        api: Any, *, driver: SimDriver | None = None, chips: str = "910B3=2", interval: float = 0
+        api: Any,
+        *,
+        driver: SimDriver | None = None,
+        chips: str = "910B3=2",
+        interval: float = 0,
+        settle: float = 0,
     ) -> NodeAgent:
         settings = AgentSettings(
             simulate_nodes=["n1"],
             state_dir=tmp_path / "state",
             cdi_dir=tmp_path / "cdi",
             inventory_min_interval_seconds=interval,
+            inventory_settle_seconds=settle,
         )
         sim = driver if driver is not None else SimDriver(tmp_path / "sim.json", chips)
         agent = NodeAgent(

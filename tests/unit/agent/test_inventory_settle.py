@@ -1,0 +1,260 @@
+"""A busy node's VNPUNode is written once per settle interval while what
+changed is only what the allocations already say (their vNPUs, the free
+figures those move); anything else, or a node that wrote nothing for that
+long, is written at the minimum interval as before
+(NodeAgent._only_restated, inventory.news)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from vnpu_agent.drivers.base import VNPU, ChipInfo
+from vnpu_agent.drivers.sim import SimDriver
+from vnpu_agent.inventory import build_status, news
+from vnpu_agent.node import NodeAgent
+from vnpu_common import names
+from vnpu_common.api.models import Condition
+
+SETTLE = 30.0
+
+
+class Api:
+    """Records VNPUNode writes; answers allocation writes as a server would."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, Any] = {}
+        self.writes = 0
+        self.version = 10
+
+    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
+        self.writes += 1
+        self.status = copy.deepcopy(status)
+        meta = {"name": node, "labels": {names.LABEL_NODE: node}}
+        return {"metadata": meta, "status": copy.deepcopy(status)}
+
+    async def patch_allocation_status(
+        self, obj: dict[str, Any], status: dict[str, Any]
+    ) -> str | None:
+        self.version += 1
+        return str(self.version)
+
+    async def event(self, involved: dict[str, Any], **_: Any) -> None:
+        return None
+
+
+def allocation(name: str, vnpu_id: int) -> dict[str, Any]:
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.ALLOCATION_KIND,
+        "metadata": {
+            "name": name, "namespace": "team-a", "uid": f"uid-{name}", "resourceVersion": "10",
+            "generation": 1, "labels": {names.LABEL_NODE: "n1"},
+            "finalizers": [names.ALLOCATION_FINALIZER],
+        },
+        "spec": {
+            "podName": name, "podUID": f"pod-{name}", "nodeName": "n1", "chip": 0,
+            "template": "vir05_1c_16g", "vnpuId": vnpu_id,
+        },
+    }  # fmt: skip
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> SimDriver:
+    return SimDriver(tmp_path / "sim.json", "910B3=1")
+
+
+@pytest.fixture
+async def agent(new_agent: Callable[..., Awaitable[NodeAgent]], sim: SimDriver) -> NodeAgent:
+    agent = await new_agent(Api(), driver=sim, interval=0, settle=SETTLE)
+    agent.clock = Clock()
+    agent._started = True
+    await agent.publish()
+    assert cast(Api, agent.api).writes == 1
+    return agent
+
+
+def listed(api: Api) -> list[tuple[int, str | None]]:
+    return [(v["id"], v.get("allocation")) for v in api.status["chips"][0]["vnpus"]]
+
+
+async def until(cond: Callable[[], bool]) -> None:
+    # The publish runs in a task after a timer, its driver calls in threads.
+    async with asyncio.timeout(5):
+        while not cond():  # noqa: ASYNC110 - polls what the publish task writes
+            await asyncio.sleep(0.01)
+
+
+def put_off(agent: NodeAgent) -> bool:
+    """A write is scheduled, and not before 10 s from now."""
+    pending = agent._publish_pending
+    return pending is not None and pending.when() - asyncio.get_running_loop().time() > 10
+
+
+async def test_a_busy_node_writes_its_own_vnpus_once_the_settle_interval_passed(
+    agent: NodeAgent,
+) -> None:
+    api, clock = cast(Api, agent.api), cast(Clock, agent.clock)
+    clock.now += 2
+    await agent.on_event("ADDED", allocation("p1-0", 100))
+    await agent.queue.idle()
+    await until(lambda: put_off(agent))
+    assert [v.id for v in agent.driver.list_vnpus(0)] == [100]
+    # Created, and the write put off to the settle interval's end.
+    assert api.writes == 1
+    pending = agent._publish_pending
+    assert pending is not None
+    assert pending.when() - asyncio.get_running_loop().time() == pytest.approx(SETTLE - 2, abs=1)
+
+    await agent.on_event("ADDED", allocation("p2-0", 101))
+    await agent.queue.idle()
+    await asyncio.sleep(0.2)
+    assert agent._publish_pending is pending
+    assert api.writes == 1
+
+    pending.cancel()
+    agent._publish_pending = None
+    clock.now += SETTLE
+    await agent.publish()
+    # One write tells both.
+    assert api.writes == 2
+    assert listed(api) == [(100, "team-a/p1-0"), (101, "team-a/p2-0")]
+
+
+async def test_a_quiet_node_writes_its_own_vnpu_at_once(agent: NodeAgent) -> None:
+    api, clock = cast(Api, agent.api), cast(Clock, agent.clock)
+    clock.now += SETTLE + 1
+    await agent.on_event("ADDED", allocation("p1-0", 100))
+    await agent.queue.idle()
+    await until(lambda: api.writes == 2)
+    assert listed(api) == [(100, "team-a/p1-0")]
+
+
+async def test_a_vnpu_no_allocation_owns_is_written_without_waiting(
+    agent: NodeAgent, sim: SimDriver
+) -> None:
+    api, clock = cast(Api, agent.api), cast(Clock, agent.clock)
+    clock.now += 1
+    foreign = sim.create_vnpu(0, "vir05_1c_16g", 107)
+    await agent.resync()
+    await until(lambda: api.writes == 2)
+    assert agent.vnpus[107] == foreign
+    assert listed(api) == [(107, None)]
+
+
+def _chip(healthy: bool = True, aicore_free: int = 20) -> ChipInfo:
+    return ChipInfo(
+        index=0, physical_id=0, card_id=0, device_id=0, model="910B3", healthy=healthy,
+        aicore_total=20, aicore_free=aicore_free, memory_total_mb=65536, memory_free_mb=65536,
+        aicpu_total=7, aicpu_free=7, media_total=0, media_free=0,
+        vnpu_id_min=100, vnpu_id_max=115,
+    )  # fmt: skip
+
+
+def _status(
+    *,
+    chip: ChipInfo | None = None,
+    vnpus: dict[int, VNPU] | None = None,
+    owned: tuple[int, ...] = (),
+    conditions: list[Condition] | None = None,
+) -> dict[str, Any]:
+    allocs = [
+        {"metadata": {"namespace": "ns", "name": f"a{i}"}, "spec": {"vnpuId": i, "podUID": "u"}}
+        for i in owned
+    ]
+    return build_status(
+        driver="sim", chips=[chip or _chip()], templates={}, vnpus=vnpus or {},
+        allocations=allocs, conditions=conditions or [],
+    )  # fmt: skip
+
+
+def test_news_leaves_out_what_the_allocations_say_and_keeps_the_rest() -> None:
+    empty = _status()
+    ours = {100: VNPU(100, 0, "vir05_1c_16g", False)}
+    # Our vNPU created (and the free figures it moves), or later in use: no news.
+    with_ours = _status(chip=_chip(aicore_free=15), vnpus=ours, owned=(100,))
+    assert with_ours != empty
+    assert news(with_ours) == news(empty)
+    in_use = _status(
+        chip=_chip(aicore_free=15), vnpus={100: VNPU(100, 0, "vir05_1c_16g", True)}, owned=(100,)
+    )
+    assert news(in_use) == news(empty)
+    # The same vNPU with no allocation owning it is news: placement counts it.
+    assert news(_status(chip=_chip(aicore_free=15), vnpus=ours)) != news(empty)
+    # So are health and conditions.
+    assert news(_status(chip=_chip(healthy=False))) != news(empty)
+    cond = Condition(
+        type=names.COND_CHIPS_HEALTHY, status="False", reason="ChipUnhealthy", message="chip 0",
+        lastTransitionTime="2026-11-24T00:00:00Z",
+    )  # fmt: skip
+    assert news(_status(conditions=[cond])) != news(empty)
+
+
+class SlowApi(Api):
+    """VNPUNode writes wait for `gate` once `blocking`; records the order in
+    which writes land and finalizers go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.blocking = False
+        self.order: list[Any] = []
+
+    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
+        if self.blocking:
+            self.order.append("write started")
+            await self.gate.wait()
+        answer = await super().publish_node_status(node, status)
+        self.order.append(("write landed", [v["id"] for v in status["chips"][0]["vnpus"]]))
+        return answer
+
+    async def remove_finalizer(self, obj: dict[str, Any]) -> None:
+        self.order.append("finalizer removed")
+
+
+async def test_the_finalizer_goes_after_a_write_that_began_before_the_destroy(
+    new_agent: Callable[..., Awaitable[NodeAgent]], sim: SimDriver
+) -> None:
+    api = SlowApi()
+    agent = await new_agent(api, driver=sim, interval=0, settle=0)
+    agent._started = True
+    obj = allocation("p1-0", 100)
+    await agent.on_event("ADDED", copy.deepcopy(obj))
+    await agent.queue.idle()
+    await until(lambda: api.writes == 1)
+
+    # A write begins while the vNPU exists, and is slow to land.
+    api.blocking = True
+    api.order.clear()
+    agent._force_publish = True
+    write = asyncio.create_task(agent.publish())
+    await until(lambda: api.order == ["write started"])
+    obj["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
+    obj["metadata"]["resourceVersion"] = "20"
+    await agent.on_event("MODIFIED", obj)
+    await until(lambda: agent.driver.list_vnpus(0) == [])
+    await asyncio.sleep(0.2)
+    assert api.order == ["write started"]
+
+    api.gate.set()
+    await write
+    await agent.queue.idle()
+    # The stale write (it still lists vNPU 100) landed before the finalizer
+    # went, so the allocation's deletion is newer than any listing of 100.
+    assert api.order[:3] == ["write started", ("write landed", [100]), "finalizer removed"]
+    pending = agent._publish_pending
+    if pending is not None:
+        pending.cancel()
