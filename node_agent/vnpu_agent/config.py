@@ -101,9 +101,10 @@ class AgentSettings(BaseSettings):
     inventory_settle_seconds: float = Field(
         default=30.0,
         ge=0,
-        description="A VNPUNode change that only restates the allocations (their vNPUs "
-        "created or destroyed, the free figures and counts those move) is written at most "
-        "this long after the last write; any other change at the minimum interval.",
+        description="A VNPUNode change that only restates the allocations (vNPUs they own "
+        "created or in use, the free figures and counts those move) is written at most "
+        "this long after the last write; any other change, a vNPU gone included, at the "
+        "minimum interval.",
     )
     lease_duration_seconds: int = Field(
         default=40,

@@ -118,6 +118,24 @@ def news(status: Mapping[str, Any]) -> dict[str, Any]:
     return {**top, "chips": chips}
 
 
+def only_restates(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """True when `new` differs from `old` (the status last written) only in
+    what the allocations already say: vNPUs they own added or in use, and the
+    counts and free figures those move. A vNPU gone from the list is not:
+    until the node writes again, whoever reads the VNPUNode without the
+    operator's memory of destroyed vNPUs (`kubectl vnpu status`) would take
+    it for an orphan holding capacity."""
+    return news(old) == news(new) and _listed(old) <= _listed(new)
+
+
+def _listed(status: Mapping[str, Any]) -> set[tuple[Any, Any]]:
+    return {
+        (chip.get("index"), v.get("id"))
+        for chip in status.get("chips") or []
+        for v in chip.get("vnpus") or []
+    }
+
+
 def _indexes(chips: Iterable[int]) -> str:
     return ",".join(str(i) for i in sorted(set(chips)))
 

@@ -45,7 +45,7 @@ from vnpu_agent.drivers.base import (
 )
 from vnpu_agent.failpoints import failpoint
 from vnpu_agent.gc import OrphanTracker
-from vnpu_agent.inventory import build_status, cordoned_chips, news
+from vnpu_agent.inventory import build_status, cordoned_chips, only_restates
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.mirror import NodeMirror
@@ -446,9 +446,8 @@ class NodeAgent:
             # A VNPUNode write in flight may carry a status built before this
             # destroy. Landing after the finalizer's removal it would list the
             # vNPU as present after its allocation went, and the operator would
-            # count it again until our next write, which may settle for
-            # inventory_settle_seconds. So the finalizer goes once any write
-            # begun before the destroy has landed.
+            # count it again until our next write. So the finalizer goes once
+            # any write begun before the destroy has landed.
             async with self._publish_lock:
                 pass
         self.owned.discard(spec.vnpu_id)
@@ -626,12 +625,13 @@ class NodeAgent:
 
     def _only_restated(self, status: dict[str, Any]) -> bool:
         """True, and the write put off, when `status` differs from the last
-        one written only in what the allocations already say and the last
-        write is younger than the settle interval. A busy node then writes
-        once per interval instead of once per vNPU; a quiet one at once.
-        At 200 nodes a VNPUNode status write cost the API server about four
-        times an allocation's (a 5 KB object validated whole on every write)."""
-        if self._last_status is None or news(status) != news(self._last_status):
+        one written only in what the allocations already say (inventory.
+        only_restates: vNPUs they own added) and the last write is younger
+        than the settle interval. A node filling up then writes once per
+        interval instead of once per vNPU; a quiet one at once. A VNPUNode
+        status write costs the API server about four times an allocation's
+        (a 5 KB object validated whole on every write)."""
+        if self._last_status is None or not only_restates(self._last_status, status):
             return False
         due = self._last_publish + self.settings.inventory_settle_seconds - self.clock()
         if due <= 0:

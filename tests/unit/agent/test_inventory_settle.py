@@ -1,8 +1,8 @@
 """A busy node's VNPUNode is written once per settle interval while what
-changed is only what the allocations already say (their vNPUs, the free
-figures those move); anything else, or a node that wrote nothing for that
-long, is written at the minimum interval as before
-(NodeAgent._only_restated, inventory.news)."""
+changed is only what the allocations already say (vNPUs they own added, the
+free figures those move); anything else (a vNPU gone, one nobody owns,
+health), or a node that wrote nothing for that long, is written at the
+minimum interval as before (NodeAgent._only_restated, inventory.only_restates)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from vnpu_agent.drivers.base import VNPU, ChipInfo
 from vnpu_agent.drivers.sim import SimDriver
-from vnpu_agent.inventory import build_status, news
+from vnpu_agent.inventory import build_status, news, only_restates
 from vnpu_agent.node import NodeAgent
 from vnpu_common import names
 from vnpu_common.api.models import Condition
@@ -134,6 +134,24 @@ async def test_a_busy_node_writes_its_own_vnpus_once_the_settle_interval_passed(
     assert listed(api) == [(100, "team-a/p1-0"), (101, "team-a/p2-0")]
 
 
+async def test_a_destroyed_vnpu_is_written_without_waiting(agent: NodeAgent) -> None:
+    api, clock = cast(Api, agent.api), cast(Clock, agent.clock)
+    clock.now += SETTLE + 1
+    obj = allocation("p1-0", 100)
+    await agent.on_event("ADDED", copy.deepcopy(obj))
+    await agent.queue.idle()
+    await until(lambda: api.writes == 2)
+
+    clock.now += 1
+    obj["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
+    obj["metadata"]["resourceVersion"] = "20"
+    await agent.on_event("MODIFIED", obj)
+    await agent.queue.idle()
+    # Listed until the next write, it would read as an orphan holding capacity.
+    await until(lambda: api.writes == 3)
+    assert listed(api) == []
+
+
 async def test_a_quiet_node_writes_its_own_vnpu_at_once(agent: NodeAgent) -> None:
     api, clock = cast(Api, agent.api), cast(Clock, agent.clock)
     clock.now += SETTLE + 1
@@ -201,6 +219,18 @@ def test_news_leaves_out_what_the_allocations_say_and_keeps_the_rest() -> None:
         lastTransitionTime="2026-11-24T00:00:00Z",
     )  # fmt: skip
     assert news(_status(conditions=[cond])) != news(empty)
+
+
+def test_only_additions_of_owned_vnpus_restate_the_allocations() -> None:
+    empty = _status()
+    one = _status(chip=_chip(aicore_free=15), vnpus={100: VNPU(100, 0, "vir05_1c_16g", False)},
+                  owned=(100,))  # fmt: skip
+    assert only_restates(empty, one)
+    assert only_restates(one, one)
+    # Gone from the list: a reader of the VNPUNode alone would see an orphan.
+    assert not only_restates(one, empty)
+    unowned = _status(chip=_chip(aicore_free=15), vnpus={100: VNPU(100, 0, "vir05_1c_16g", False)})
+    assert not only_restates(empty, unowned)
 
 
 class SlowApi(Api):
