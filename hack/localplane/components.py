@@ -160,6 +160,7 @@ class AgentProcess(ServiceProcess):
         "resync-seconds": 0.5,
         "gc-grace-seconds": 2,
         "inventory-min-interval-seconds": 0.2,
+        "inventory-settle-seconds": 1,
         "retry-max-seconds": 1,
         "log-level": "DEBUG",
     }

@@ -169,6 +169,12 @@ def test_own_writes_restore_nothing_and_idle_writes_only_leases(
         "allocations Ready",
         lambda: all(phase(plane, namespace, f"a{i}") == names.PHASE_READY for i in range(4)),
     )
+    # Added vNPUs are written once the settle interval passed: wait for them,
+    # or deleting first would leave nothing to write.
+    wait_for(
+        "VNPUNode lists the four vNPUs",
+        lambda: (vnpunode(plane, node) or {}).get("status", {}).get("vnpuCount") == 4,
+    )
     plane.kubectl("delete", names.ALLOCATION_PLURAL, "--all", "-n", namespace, "--wait=false")
     wait_for(
         "allocations gone",
