@@ -11,12 +11,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from agent_helpers import allocation
 
 from vnpu_agent.node import NodeAgent
 from vnpu_common import names
 from vnpu_common.workqueue import RetryLater
-
-TEMPLATE = "vir05_1c_16g"  # 5 of a 910B3's 20 AICores: four fit on one chip
 
 
 class Api:
@@ -42,20 +41,6 @@ class Api:
 
     async def event(self, involved: dict[str, Any], **_: Any) -> None:
         return None
-
-
-def allocation(name: str, vnpu_id: int) -> dict[str, Any]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.ALLOCATION_KIND,
-        "metadata": {
-            "name": name, "namespace": "team-a", "uid": f"uid-{name}", "resourceVersion": "1",
-            "generation": 1, "labels": {names.LABEL_NODE: "n1"},
-            "finalizers": [names.ALLOCATION_FINALIZER],
-        },
-        "spec": {"podName": name, "podUID": f"pod-{name}", "nodeName": "n1", "chip": 0,
-                 "template": TEMPLATE, "vnpuId": vnpu_id},
-    }  # fmt: skip
 
 
 @pytest.fixture

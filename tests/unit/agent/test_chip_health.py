@@ -12,30 +12,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from agent_helpers import RecordingApi
 
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_agent.node import NodeAgent
 from vnpu_common import names
-
-
-class RecordingApi:
-    """Keeps the VNPUNode status last written and every Event posted."""
-
-    def __init__(self) -> None:
-        self.status: dict[str, Any] = {}
-        self.events: list[tuple[str, str, str, str]] = []
-        self.writes = 0
-
-    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
-        self.writes += 1
-        self.status = copy.deepcopy(status)
-        meta = {"name": node, "labels": {names.LABEL_NODE: node}}
-        return {"metadata": meta, "status": copy.deepcopy(status)}
-
-    async def event(
-        self, involved: dict[str, Any], *, type_: str, reason: str, message: str, node: str
-    ) -> None:
-        self.events.append((involved["kind"], type_, reason, message))
 
 
 @pytest.fixture

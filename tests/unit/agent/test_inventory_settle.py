@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from agent_helpers import RecordingApi, allocation
 
 from vnpu_agent.drivers.base import VNPU, ChipInfo
 from vnpu_agent.drivers.sim import SimDriver
@@ -24,44 +25,18 @@ from vnpu_common.api.models import Condition
 SETTLE = 30.0
 
 
-class Api:
+class Api(RecordingApi):
     """Records VNPUNode writes; answers allocation writes as a server would."""
 
     def __init__(self) -> None:
-        self.status: dict[str, Any] = {}
-        self.writes = 0
+        super().__init__()
         self.version = 10
-
-    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
-        self.writes += 1
-        self.status = copy.deepcopy(status)
-        meta = {"name": node, "labels": {names.LABEL_NODE: node}}
-        return {"metadata": meta, "status": copy.deepcopy(status)}
 
     async def patch_allocation_status(
         self, obj: dict[str, Any], status: dict[str, Any]
     ) -> str | None:
         self.version += 1
         return str(self.version)
-
-    async def event(self, involved: dict[str, Any], **_: Any) -> None:
-        return None
-
-
-def allocation(name: str, vnpu_id: int) -> dict[str, Any]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.ALLOCATION_KIND,
-        "metadata": {
-            "name": name, "namespace": "team-a", "uid": f"uid-{name}", "resourceVersion": "10",
-            "generation": 1, "labels": {names.LABEL_NODE: "n1"},
-            "finalizers": [names.ALLOCATION_FINALIZER],
-        },
-        "spec": {
-            "podName": name, "podUID": f"pod-{name}", "nodeName": "n1", "chip": 0,
-            "template": "vir05_1c_16g", "vnpuId": vnpu_id,
-        },
-    }  # fmt: skip
 
 
 class Clock:
