@@ -147,12 +147,14 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     sampler = stacks.Sampler(our_pids(cluster), cluster.workdir) if args.pyspy else None
     if sampler:
         sampler.start()
-    cpu_start, t_cpu0 = cpu_by_process(cluster), time.monotonic()
+    churn_cpu = CpuWindow(cluster)
+    churn_cpu.start()
     drv_start = driver_cpu(cluster)
     snap_task = asyncio.create_task(_mid_snapshot(cluster, args))
     churn_s = await load.churn(driver, pods, args.rate, args.hold, args.timeout)
     mid = await snap_task
-    cpu_end, cpu_window = cpu_by_process(cluster), time.monotonic() - t_cpu0
+    spent = churn_cpu.stop()
+    cpu_window = spent["window_s"]
     drv_end = driver_cpu(cluster)
     if sampler:
         sampled = await asyncio.to_thread(sampler.stop)
@@ -181,7 +183,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         "gone": report.summary(gone, (50, 90, 99)),
         "errors": driver.errors[:20],
         "our_events": await report.events_by_reason(core, "bench"),
-        "cpu_seconds": {k: round(v - cpu_start.get(k, 0), 2) for k, v in cpu_end.items()},
+        "cpu_seconds": spent["cpu_seconds"],
         "cpu_window_s": cpu_window,
         "driver_cpu_seconds": {k: round(v - drv_start.get(k, 0), 2) for k, v in drv_end.items()},
         "webhook_calls_per_pod": {
