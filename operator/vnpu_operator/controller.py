@@ -517,12 +517,10 @@ class Controller:
                 self.expect.sent(Write.UNFINALIZE, view.key)
 
     async def _release(self, keys: tuple[str, ...]) -> None:
-        for key in keys:
-            # Asked already: the deletionTimestamp is on its way to the cache.
-            if self.expect.pending(Write.DELETE, key):
-                continue
-            await self.api.delete_allocation(key)
-            self.expect.sent(Write.DELETE, key)
+        # Asked already: the deletionTimestamp is on its way to the cache.
+        todo = [key for key in keys if not self.expect.pending(Write.DELETE, key)]
+        if todo:
+            await self.expect.send_all(Write.DELETE, todo, self.api.delete_allocation)
 
     async def _finish(self, uid: str, pod: Raw, state: PodState) -> None:
         if self.expect.pending(Write.UNFINALIZE, uid):

@@ -2,8 +2,9 @@
 learn that nothing fits yet), and create the allocation objects.
 
 Placement decides and books in one synchronous ledger call, so pods placed
-concurrently never share capacity; the objects are created afterwards, and
-a booking whose object could not be created is given back.
+concurrently never share capacity; the objects are created afterwards, all
+of a pod's at once, and a booking whose object could not be created is
+given back.
 """
 
 from __future__ import annotations
@@ -107,12 +108,17 @@ class Placer:
             return
         if state.waiting_since is not None:
             self.stopped_waiting(state)
-        for alloc in result.allocations:
-            # In the cache, or created and on its way there: nothing to write.
-            if alloc.key in existing or self.expect.pending(Write.CREATE, alloc.key):
-                continue
+        # In the cache, or created and on its way there: nothing to write.
+        bodies = {
+            alloc.key: allocation_body(alloc, pod)
+            for alloc in result.allocations
+            if alloc.key not in existing and not self.expect.pending(Write.CREATE, alloc.key)
+        }
+        if bodies:
             try:
-                await self.api.create_allocation(allocation_body(alloc, pod))
+                await self.expect.send_all(
+                    Write.CREATE, list(bodies), lambda key: self.api.create_allocation(bodies[key])
+                )
             except Exception:
                 # The bookings whose objects do not exist must not outlive
                 # the failed write; the ones created stay booked.
@@ -120,6 +126,5 @@ class Placer:
                     if other.key not in cached and not self.expect.pending(Write.CREATE, other.key):
                         self.ledger.remove_allocation(other.key)
                 raise
-            self.expect.sent(Write.CREATE, alloc.key)
         log.info("pod %s placed on %s: vNPU %s", key_of(pod), result.node, result.visible_devices)
         await self.preemption.release_claim(pod, state)

@@ -9,7 +9,8 @@ measures a latency from a later start.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -93,3 +94,24 @@ class Expectations:
 
     def keys(self, write: Write) -> frozenset[str]:
         return frozenset(self._sent[write])
+
+    async def send_all(
+        self, write: Write, keys: Sequence[str], call: Callable[[str], Awaitable[object]]
+    ) -> None:
+        """`call(key)` for every key at once, each that succeeds expected.
+        A pod's four allocations written one after another cost four round
+        trips of a loaded API server before the pod (or the pod waiting for
+        the capacity) can go on; written together, about one. The first
+        failure is raised once every call has answered, so no success goes
+        unrecorded."""
+        if len(keys) == 1:
+            await call(keys[0])
+            self.sent(write, keys[0])
+            return
+        outcomes = await asyncio.gather(*(call(key) for key in keys), return_exceptions=True)
+        for key, outcome in zip(keys, outcomes, strict=True):
+            if not isinstance(outcome, BaseException):
+                self.sent(write, key)
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        if failures:
+            raise failures[0]

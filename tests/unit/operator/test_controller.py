@@ -114,8 +114,8 @@ def pod(
 class World:
     """A controller, its fake API and a wall clock the test moves."""
 
-    def __init__(self, **settings: Any) -> None:
-        self.api = FakeApi()
+    def __init__(self, api: FakeApi | None = None, **settings: Any) -> None:
+        self.api = api or FakeApi()
         self.now = NOW
         self.controller = Controller(
             cast(OperatorApi, self.api),
@@ -666,3 +666,100 @@ async def test_an_allocation_gone_during_a_relist_is_released_by_its_last_known_
     await w.settle()
     assert w.api.of("remove_pod_finalizer") == ["p"]
     assert "u1" not in w.controller.allocs_by_pod
+
+
+class HeldApi(FakeApi):
+    """Allocation creates and deletes wait at a gate, so a test sees how many
+    are in flight at once; `refuse` names allocation keys whose create fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.in_flight = 0
+        self.refuse: set[str] = set()  # "1" refuses "<pod>-<hash>-1"
+
+    async def _held(self, name: str, arg: Any) -> None:
+        self._record(name, arg)
+        self.in_flight += 1
+        try:
+            await self.gate.wait()
+        finally:
+            self.in_flight -= 1
+
+    async def create_allocation(self, body: dict[str, Any]) -> bool:
+        await self._held("create_allocation", body)
+        if body["metadata"]["name"].rpartition("-")[2] in self.refuse:
+            raise ApiException(status=500, reason="boom")
+        return True
+
+    async def delete_allocation(self, key: str) -> None:
+        await self._held("delete_allocation", key)
+
+
+async def in_flight(api: HeldApi, count: int) -> bool:
+    """True once `count` held calls are in flight together (then lets them go)."""
+    for _ in range(200):
+        if api.in_flight >= count:
+            api.gate.set()
+            return True
+        await asyncio.sleep(0.005)
+    api.gate.set()
+    return False
+
+
+async def test_a_pods_allocations_are_created_and_deleted_together() -> None:
+    """A pod of three vNPUs waits for one round trip of the API server, not
+    three, both to be placed and to give its capacity back."""
+    w = World(api := HeldApi())
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod(count=3))
+    assert await in_flight(api, 3)
+    await w.settle()
+    assert [b["spec"]["vnpuId"] for b in w.created()] == [100, 101, 102]
+    assert all(w.controller.expect.pending(Write.CREATE, k) for k in keys(w.created()))
+
+    w.echo_created(names.PHASE_READY)
+    await w.settle()
+    started = pod(count=3)
+    started["spec"].pop("schedulingGates")
+    started["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    api.gate.clear()
+    w.controller.pod_event("MODIFIED", started)
+    assert await in_flight(api, 3)
+    await w.settle()
+    assert sorted(api.of("delete_allocation")) == sorted(keys(w.created()))
+    assert all(w.controller.expect.pending(Write.DELETE, k) for k in keys(w.created()))
+
+
+async def test_one_failed_create_of_several_gives_back_only_its_booking() -> None:
+    w = World(api := HeldApi(), retry_max_seconds=0.01)
+    api.gate.set()
+    w.add_node("n1")
+    w.controller.mark_synced()
+    api.refuse = {"1"}
+    w.controller.pod_event("ADDED", pod(count=3))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    first = keys(w.created())
+    assert len(first) == 3
+    booked = sorted(a.key for a in w.controller.ledger.allocations())
+    # The two created stay booked and expected; the refused one is given back.
+    assert booked == [first[0], first[2]]
+    assert [w.controller.expect.pending(Write.CREATE, k) for k in first] == [True, False, True]
+    api.refuse = set()
+    await w.settle()
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        await w.settle()
+        if len(w.created()) == 4:
+            break
+    # The retry writes only the missing allocation, with the same vNPU id.
+    retried = w.created()[3]
+    assert keys([retried]) == [first[1]]
+    assert retried["spec"]["vnpuId"] == 101
+    assert len(w.controller.ledger.allocations()) == 3
+
+
+def keys(bodies: list[dict[str, Any]]) -> list[str]:
+    return [f"{b['metadata']['namespace']}/{b['metadata']['name']}" for b in bodies]
