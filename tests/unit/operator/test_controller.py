@@ -670,7 +670,8 @@ async def test_an_allocation_gone_during_a_relist_is_released_by_its_last_known_
 
 class HeldApi(FakeApi):
     """Allocation creates and deletes wait at a gate, so a test sees how many
-    are in flight at once; `refuse` names allocation keys whose create fails."""
+    are in flight at once; `refuse` holds the indexes (the name's last part)
+    of allocations whose create fails."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -739,7 +740,11 @@ async def test_one_failed_create_of_several_gives_back_only_its_booking() -> Non
     w.controller.mark_synced()
     api.refuse = {"1"}
     w.controller.pod_event("ADDED", pod(count=3))
-    for _ in range(20):
+    # Until the three creates have answered and the refusal is handled; no
+    # real time passes, so the retry's backoff cannot fire meanwhile.
+    for _ in range(500):
+        if len(w.created()) == 3 and len(w.controller.ledger.allocations()) < 3:
+            break
         await asyncio.sleep(0)
     first = keys(w.created())
     assert len(first) == 3
