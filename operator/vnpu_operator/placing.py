@@ -114,17 +114,16 @@ class Placer:
             for alloc in result.allocations
             if alloc.key not in existing and not self.expect.pending(Write.CREATE, alloc.key)
         }
-        if bodies:
-            try:
-                await self.expect.send_all(
-                    Write.CREATE, list(bodies), lambda key: self.api.create_allocation(bodies[key])
-                )
-            except Exception:
-                # The bookings whose objects do not exist must not outlive
-                # the failed write; the ones created stay booked.
-                for other in result.allocations:
-                    if other.key not in cached and not self.expect.pending(Write.CREATE, other.key):
-                        self.ledger.remove_allocation(other.key)
-                raise
+        try:
+            await self.expect.send_all(
+                Write.CREATE, list(bodies), lambda key: self.api.create_allocation(bodies[key])
+            )
+        except Exception:
+            # The bookings whose objects do not exist must not outlive the
+            # failed write; the ones created stay booked.
+            for other in result.allocations:
+                if other.key not in cached and not self.expect.pending(Write.CREATE, other.key):
+                    self.ledger.remove_allocation(other.key)
+            raise
         log.info("pod %s placed on %s: vNPU %s", key_of(pod), result.node, result.visible_devices)
         await self.preemption.release_claim(pod, state)

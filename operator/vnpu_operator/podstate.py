@@ -104,10 +104,6 @@ class Expectations:
         the capacity) can go on; written together, about one. The first
         failure is raised once every call has answered, so no success goes
         unrecorded."""
-        if len(keys) == 1:
-            await call(keys[0])
-            self.sent(write, keys[0])
-            return
         outcomes = await asyncio.gather(*(call(key) for key in keys), return_exceptions=True)
         for key, outcome in zip(keys, outcomes, strict=True):
             if not isinstance(outcome, BaseException):
