@@ -18,7 +18,12 @@ from vnpu_common import names
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "vnpu-operator"
 VERSIONS = REPO_ROOT / "hack" / "plane" / "versions.env"
-TEMPLATES = ("templates/protection.yaml",)
+
+
+def templates() -> list[str]:
+    """Every protection policy of the chart: templates/protection*.yaml, one file a
+    concern, so that a new policy file reaches the plane without a list to keep."""
+    return sorted(f"templates/{p.name}" for p in (CHART / "templates").glob("protection*.yaml"))
 
 # The CN of the operator's client certificate on the local plane.
 OPERATOR_USER = "vnpu-operator"
@@ -43,7 +48,7 @@ def kube_version() -> str:
 def render(helm: str, home: Path) -> str:
     """The policy manifests, for the local operator's username. `home` keeps helm's
     cache and config (it writes there even for `template`)."""
-    show = [arg for t in TEMPLATES for arg in ("--show-only", t)]
+    show = [arg for t in templates() for arg in ("--show-only", t)]
     proc = subprocess.run(
         [
             helm,
