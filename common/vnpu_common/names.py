@@ -130,6 +130,11 @@ REASON_MISMATCH: Final = "VNPUMismatch"
 REASON_CHIP_HEALTHY: Final = "ChipHealthy"
 REASON_CHIP_UNHEALTHY: Final = "ChipUnhealthy"
 REASON_DESTROY_DEFERRED: Final = "DestroyDeferred"
+# A new allocation names a vNPU that exists and is open, or held by another
+# allocation (live, or being deleted with its destroy deferred), or left behind
+# by an allocation that went without its destroy: never handed over; Failed
+# after retries, so that the operator places the pod anew.
+REASON_VNPU_HELD: Final = "VNPUHeld"
 # On allocations, by the operator: one no agent will ever serve (no node label,
 # label and spec.nodeName differ, node gone with no agent serving it).
 REASON_UNSERVABLE: Final = "Unservable"
@@ -140,6 +145,7 @@ ALLOCATION_EVENT_REASONS: Final = (
     REASON_CHIP_HEALTHY,
     REASON_CHIP_UNHEALTHY,
     REASON_DESTROY_DEFERRED,
+    REASON_VNPU_HELD,
 )
 # On VNPUNode status, by the agent: the Ready condition when the driver answers.
 REASON_DRIVER_READY: Final = "DriverReady"

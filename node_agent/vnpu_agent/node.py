@@ -113,6 +113,9 @@ class NodeAgent:
         )
         self._started = False
         self._deferred_noted: set[str] = set()
+        # Ids of vNPUs whose allocation went while they still existed: until
+        # they are destroyed, no new allocation gets them (_held_elsewhere).
+        self._abandoned: set[int] = set()
         self._driver_lock = asyncio.Lock()
         self._last_status: dict[str, Any] | None = None
         self._last_publish = -1e9
@@ -139,7 +142,12 @@ class NodeAgent:
         key = key_of(obj)
         echo = self._echoes.pop(key, None)
         if kind == "DELETED":
-            self.allocs.pop(key, None)
+            gone = self.allocs.pop(key, None) or obj
+            vnpu_id = (gone.get("spec") or {}).get("vnpuId")
+            if vnpu_id in self.vnpus and vnpu_id not in self.referenced_ids():
+                # Gone while its vNPU exists (its finalizer removed by someone
+                # else, or before the destroy): never handed to a new allocation.
+                self._abandoned.add(vnpu_id)
             self.queue.forget(key)
             self._deferred_noted.discard(key)
             self._mark_dirty()
@@ -230,6 +238,7 @@ class NodeAgent:
     def _replace_vnpus(self, chip: int, found: list[VNPU]) -> None:
         kept = {i: v for i, v in self.vnpus.items() if v.chip != chip}
         self.vnpus = kept | {v.id: v for v in found}
+        self._abandoned &= set(self.vnpus)
 
     def _set_node_condition(self, status: Any, reason: str, message: str) -> None:
         self._node_conditions = set_condition(
@@ -277,6 +286,11 @@ class NodeAgent:
                 f"{spec.template}",
             )
             return
+        if existing is not None and status.phase != names.PHASE_READY:
+            held = self._held_elsewhere(key, existing)
+            if held is not None:
+                await self._refuse_held(obj, alloc, held)
+                return
         reason = names.REASON_ADOPTED if existing is not None else names.REASON_CREATED
         if existing is None:
             self.owned.add(spec.vnpu_id)
@@ -308,6 +322,36 @@ class NodeAgent:
             self.settings.cdi_host_device_dir,
         )
         await self._write_ready(obj, alloc, reason)
+
+    def _held_elsewhere(self, key: str, vnpu: VNPU) -> str | None:
+        """Why the existing `vnpu` may not be handed to allocation `key`, which
+        has not been served yet; None when adopting it is safe (the agent made
+        it for this allocation and crashed before saying Ready, or a reboot
+        replayed it: no container has it open, nothing else names it)."""
+        others = sorted(
+            k
+            for k, o in self.allocs.items()
+            if k != key
+            and (o.get("spec") or {}).get("vnpuId") == vnpu.id
+            and (o.get("spec") or {}).get("nodeName") == self.node
+        )
+        if others:
+            return f"vNPU {vnpu.id} is still held by allocation {', '.join(others)}"
+        if vnpu.in_use:
+            return f"vNPU {vnpu.id} exists and is open in a container"
+        if vnpu.id in self._abandoned:
+            return f"vNPU {vnpu.id} was left behind by an allocation that went without its destroy"
+        return None
+
+    async def _refuse_held(self, obj: dict[str, Any], alloc: VNPUAllocation, why: str) -> None:
+        """Retries while the holder may let go (a deferred destroy finishing),
+        then fails the allocation: the operator places the pod anew."""
+        attempt = self.queue.failures(key_of(obj)) + 1
+        msg = f"{why}; not handed to a new allocation"
+        if attempt < MAX_CREATE_ATTEMPTS:
+            raise RetryLater(f"{msg} (attempt {attempt} of {MAX_CREATE_ATTEMPTS})")
+        log.warning("allocation %s: %s", key_of(obj), msg)
+        await self._fail(obj, alloc, names.REASON_VNPU_HELD, msg)
 
     async def _after_failed_create(
         self, obj: dict[str, Any], alloc: VNPUAllocation, exc: DriverError
@@ -428,7 +472,10 @@ class NodeAgent:
                 self.vnpus[v.id] = v
         vnpu = self.vnpus.get(spec.vnpu_id)
         ours = vnpu is not None and (vnpu.template, vnpu.chip) == (spec.template, spec.chip)
-        if ours and spec.vnpu_id in self._live_vnpu_ids(exclude=key):
+        # Only a live allocation the agent has served holds the vNPU: one not
+        # yet served that names it too is never handed it (_held_elsewhere)
+        # and gets a vNPU of its own once this one is destroyed.
+        if ours and spec.vnpu_id in self._live_vnpu_ids(exclude=key, served=True):
             log.error(
                 "vNPU %s of %s is also held by a live allocation; not destroying", spec.vnpu_id, key
             )
@@ -442,6 +489,7 @@ class NodeAgent:
                 await self._note_deferred(obj, alloc, exc)
                 raise RetryLater(f"destroying vNPU {spec.vnpu_id} deferred: {exc}") from exc
             self.vnpus.pop(spec.vnpu_id, None)
+            self._abandoned.discard(spec.vnpu_id)
             self._mark_dirty()
             # A VNPUNode write in flight may carry a status built before this
             # destroy. Landing after the finalizer's removal it would list the
@@ -493,12 +541,15 @@ class NodeAgent:
             v.chip == chip and v.id in self.owned and v.id not in live for v in self.vnpus.values()
         )
 
-    def _live_vnpu_ids(self, *, exclude: str | None = None) -> set[int]:
-        """The vNPU ids of the allocations not being deleted, but `exclude`'s."""
+    def _live_vnpu_ids(self, *, exclude: str | None = None, served: bool = False) -> set[int]:
+        """The vNPU ids of the allocations not being deleted, but `exclude`'s;
+        `served`: only those the agent said Ready."""
         return {
             obj.get("spec", {}).get("vnpuId")
             for key, obj in self.allocs.items()
-            if key != exclude and not obj.get("metadata", {}).get("deletionTimestamp")
+            if key != exclude
+            and not obj.get("metadata", {}).get("deletionTimestamp")
+            and (not served or (obj.get("status") or {}).get("phase") == names.PHASE_READY)
         }
 
     # -- periodic work -----------------------------------------------------
@@ -556,6 +607,7 @@ class NodeAgent:
             log.info("collected %s vNPU %s (%s) on %s", reason, vnpu.id, vnpu.template, self.node)
             self.metrics.gc_action(self.node, reason)
             self.vnpus.pop(vnpu.id, None)
+            self._abandoned.discard(vnpu.id)
             self.owned.discard(vnpu.id)
             self.gc.forget(vnpu.id)
             cdi.remove(self.settings.cdi_dir, self.node, vnpu.id)

@@ -289,20 +289,37 @@ class Controller:
             keys.discard(key)
             if not keys:
                 del self.allocs_by_pod[pod_uid]
-        # Only its agent removes the finalizer of an allocation being deleted,
-        # after destroying the vNPU (unless the operator released one no agent
-        # serves): its capacity is free now, not at the next inventory.
-        meta = obj.get("metadata") or {}
-        destroyed = bool(meta.get("deletionTimestamp")) and not self.expect.pending(
-            Write.UNFINALIZE, key
+        self.ledger.remove_allocation(
+            key, destroyed=self._destroyed(obj), version=resource_version(obj)
         )
-        self.ledger.remove_allocation(key, destroyed=destroyed, version=resource_version(obj))
         self.expect.seen(Write.CREATE, key)
         self.expect.seen(Write.DELETE, key)
         self.expect.seen(Write.UNFINALIZE, key)
         if pod_uid:
             self.kick(pod_uid)
         self.kick_waiting()
+
+    def _destroyed(self, obj: Raw) -> bool:
+        """Whether an allocation that went took its vNPU with it, so that its
+        capacity and id are free now rather than at the node's next inventory.
+        Only its agent removes the finalizer of an allocation being deleted,
+        after destroying the vNPU or proving it gone; the protection policy
+        lets nobody else but the operator (for one no agent serves: the vNPU,
+        if any, is its agent's orphan) and exempt admins remove it. What the
+        watch reports of a deleted object is its last stored state, before the
+        finalizer's removal, so that removal cannot carry a mark: the mark is
+        the other way round. An allocation whose agent deferred the destroy
+        (phase Releasing: the vNPU is open) went without it, as did one on a
+        node no live agent serves; neither counts, and the vNPU keeps its id
+        and capacity while the node's inventory lists it."""
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        return (
+            bool(meta.get("deletionTimestamp"))
+            and not self.expect.pending(Write.UNFINALIZE, key_of(obj))
+            and _phase(obj) != names.PHASE_RELEASING
+            and self.inventories.leases.live(str(spec.get("nodeName") or ""))
+        )
 
     def _node_lost(self, node: str, why: str) -> None:
         """Allocations on a node that is gone or whose agent stopped renewing
@@ -411,6 +428,9 @@ class Controller:
         if pod is None:
             await self._pod_gone(uid, views)
             return
+        # A nomination someone else wrote on a gated pod: the scheduler would
+        # keep room on that node for it, and refuse pods placed there.
+        await self.preemption.clear_foreign(pod)
         node_gone = self._node_gone(pod)
         if (
             state.releasing_since is None

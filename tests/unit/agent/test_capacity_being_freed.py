@@ -97,10 +97,10 @@ async def test_a_vnpu_a_live_allocation_also_names_is_not_destroyed(
 ) -> None:
     # The live-allocation check that _being_freed shares with the release: a
     # deleted allocation whose vNPU id a live one names as well releases only
-    # its finalizer.
+    # its finalizer (one not served yet does not hold it: test_adoption_refused).
     api = full_chip.api
     assert isinstance(api, Api)
-    twin = allocation("twin", 100)
+    twin = {**allocation("twin", 100), "status": {"phase": names.PHASE_READY}}
     full_chip.allocs["team-a/twin"] = twin
     full_chip.allocs["team-a/a0"]["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
     await full_chip.reconcile("team-a/a0")
