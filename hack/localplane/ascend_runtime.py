@@ -1,20 +1,30 @@
 #!/usr/bin/env python3
 """A stand-in for Ascend Docker Runtime: an OCI runtime wrapping runc.
 
-Like the real runtime, on `create` it reads the bundle's config.json and, when
-the process environment has `ASCEND_VISIBLE_DEVICES` and
-`ASCEND_RUNTIME_OPTIONS` contains `VIRTUAL`, adds each listed vNPU to the
-container: host node `<device dir>/vdavinci<id>` appears in the container as
-`/dev/davinci<id>` (docs/ASCEND.md), with a `linux.devices` entry and a device
-cgroup allow rule carrying the host node's type, major and minor. The control
-devices the real runtime adds (`davinci_manager`, `devmm_svm`, `hisi_hdc`)
-are added too when they exist in the device dir. Then it execs the real runc
-with the same arguments; every other command passes straight through.
+Like the real runtime, on `create` it reads the bundle's config.json, the
+container's final environment (image ENV, then what the kubelet adds; for a
+name set twice the last occurrence wins), checks neither privilege, nor
+annotations, nor the RuntimeClass, and, when that environment has
+`ASCEND_VISIBLE_DEVICES` and `ASCEND_RUNTIME_OPTIONS` contains `VIRTUAL`, adds
+each listed vNPU to the container (an empty list adds nothing): host node
+`<device dir>/vdavinci<id>` appears in the container as `/dev/davinci<id>`
+(docs/ASCEND.md), with a `linux.devices` entry and a device cgroup allow rule
+carrying the host node's type, major and minor. The control devices the real
+runtime adds (`davinci_manager`, `devmm_svm`, `hisi_hdc`) are added too when
+they exist in the device dir. Then it execs the real runc with the same
+arguments; every other command passes straight through.
 
 An id that is not a number, lies outside 100..1123 or has no device node
 fails the create: the message goes to stderr and, as a JSON error line, to
 runc's `--log` file, which is where containerd's runc shim reads the reason
 it reports (so it shows up in the container's status).
+
+`ASCEND_VNPU_SPECS=<template>` makes it create a vNPU itself, as the real
+runtime's `CreateVDevice` does, behind every ledger: a new device node at the
+first free id, logged to `<device dir>/runtime-created.log`, and added to the
+container. The real runtime skips that under `VIRTUAL`, except in its CDI
+injection mode, which tries the create first; `VNPU_STANDIN_SPECS_FIRST=1`
+behaves as that mode (the real node runs it so, the worse case).
 
 What it does not do: the real runtime's prestart hook also mounts the
 driver's libraries and tools (npu-smi, libdcmi) into the container; nothing
@@ -22,7 +32,8 @@ here needs them.
 
 Settings come from the environment, so that containerd's `BinaryName` can
 name a one-line wrapper: `VNPU_STANDIN_RUNC` (the real runc; default `runc`
-on PATH) and `VNPU_STANDIN_DEVICE_DIR` (host device nodes; default /dev).
+on PATH), `VNPU_STANDIN_DEVICE_DIR` (host device nodes; default /dev) and
+`VNPU_STANDIN_SPECS_FIRST`.
 Standard library only: the runc shim runs it with whatever Python the
 wrapper names, outside the project's environment.
 """
@@ -39,6 +50,10 @@ from typing import Any
 
 ENV_VISIBLE_DEVICES = "ASCEND_VISIBLE_DEVICES"
 ENV_RUNTIME_OPTIONS = "ASCEND_RUNTIME_OPTIONS"
+ENV_VNPU_SPECS = "ASCEND_VNPU_SPECS"
+CREATED_LOG = "runtime-created.log"
+# The sim driver's device number for a vNPU node (vnpu_agent.drivers.sim.NULL_DEVICE).
+NULL_DEVICE = (1, 3)
 VIRTUAL = "VIRTUAL"
 VNPU_ID_MIN = 100
 VNPU_ID_MAX = 1123
@@ -84,19 +99,29 @@ def bundle_of(args: list[str]) -> Path:
     return Path.cwd()
 
 
-def visible_ids(env: list[str]) -> list[int] | None:
-    """The vNPU ids the process environment asks for; None when the runtime
-    has nothing to do (no ASCEND_VISIBLE_DEVICES, or not VIRTUAL)."""
+def final_env(env: list[str]) -> dict[str, str]:
+    """The environment as the runtime reads it: for a name set twice, the last
+    occurrence wins (the real runtime scans from the end)."""
     values: dict[str, str] = {}
     for entry in env:
         key, _, value = entry.partition("=")
-        values[key] = value  # the last one wins, as in execve's environment
-    if ENV_VISIBLE_DEVICES not in values:
-        return None
-    options = {o.strip() for o in values.get(ENV_RUNTIME_OPTIONS, "").split(",")}
-    if VIRTUAL not in options:
+        values[key] = value
+    return values
+
+
+def _virtual(values: dict[str, str]) -> bool:
+    return VIRTUAL in {o.strip() for o in values.get(ENV_RUNTIME_OPTIONS, "").split(",")}
+
+
+def visible_ids(env: list[str]) -> list[int] | None:
+    """The vNPU ids the process environment asks for; None when the runtime
+    has nothing to do (no ASCEND_VISIBLE_DEVICES, or not VIRTUAL)."""
+    values = final_env(env)
+    if ENV_VISIBLE_DEVICES not in values or not _virtual(values):
         return None
     raw = values[ENV_VISIBLE_DEVICES]
+    if not raw.strip():
+        return []
     ids: list[int] = []
     for part in (p.strip() for p in raw.split(",")):
         if not part.isdigit():
@@ -140,11 +165,35 @@ def _device(host: Path, container_path: str) -> tuple[dict[str, Any], dict[str, 
     return entry, rule
 
 
-def add_devices(spec: dict[str, Any], device_dir: Path) -> list[str]:
-    """Adds the vNPUs the spec's process asks for to `spec`; returns the
-    container paths added ([] when the runtime has nothing to do)."""
-    ids = visible_ids(list(spec.get("process", {}).get("env", [])))
-    if ids is None:
+def create_for_specs(env: list[str], device_dir: Path, specs_first: bool) -> int | None:
+    """The id of the vNPU the runtime creates itself for ASCEND_VNPU_SPECS, or None.
+    Under VIRTUAL only `specs_first` (the CDI mode's order) still creates."""
+    values = final_env(env)
+    template = values.get(ENV_VNPU_SPECS, "").strip()
+    if not template or (_virtual(values) and not specs_first):
+        return None
+    for vnpu_id in range(VNPU_ID_MIN, VNPU_ID_MAX + 1):
+        node = device_dir / f"vdavinci{vnpu_id}"
+        if node.exists():
+            continue
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(*NULL_DEVICE))
+        os.chmod(node, 0o666)
+        with open(device_dir / CREATED_LOG, "a", encoding="utf-8") as log:
+            log.write(f"{vnpu_id} {template}\n")
+        return vnpu_id
+    raise StandInError(f"{ENV_VNPU_SPECS}={template!r}: no free vNPU id left")
+
+
+def add_devices(spec: dict[str, Any], device_dir: Path, specs_first: bool = False) -> list[str]:
+    """Adds the vNPUs the spec's process asks for (and one the runtime creates for
+    ASCEND_VNPU_SPECS) to `spec`; returns the container paths added ([] when the
+    runtime has nothing to do)."""
+    env = list(spec.get("process", {}).get("env", []))
+    ids = visible_ids(env) or []
+    created = create_for_specs(env, device_dir, specs_first)
+    if created is not None:
+        ids.append(created)
+    if not ids:
         return []
     wanted: list[tuple[Path, str]] = []
     for vnpu_id in ids:
@@ -193,12 +242,13 @@ def _log_error(log_path: str | None, message: str) -> None:
 def main(argv: list[str]) -> int:
     runc = os.environ.get("VNPU_STANDIN_RUNC", "runc")
     device_dir = Path(os.environ.get("VNPU_STANDIN_DEVICE_DIR", "/dev"))
+    specs_first = os.environ.get("VNPU_STANDIN_SPECS_FIRST", "") == "1"
     index, options = split_command(argv)
     if index >= 0 and argv[index] == "create":
         config = bundle_of(argv[index + 1 :]) / "config.json"
         try:
             spec = json.loads(config.read_text())
-            if add_devices(spec, device_dir):
+            if add_devices(spec, device_dir, specs_first):
                 tmp = config.with_name(config.name + ".ascend")
                 tmp.write_text(json.dumps(spec))
                 os.replace(tmp, config)

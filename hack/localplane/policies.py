@@ -25,6 +25,7 @@ def templates() -> list[str]:
     concern, so that a new policy file reaches the plane without a list to keep."""
     return sorted(f"templates/{p.name}" for p in (CHART / "templates").glob("protection*.yaml"))
 
+
 # The CN of the operator's client certificate on the local plane.
 OPERATOR_USER = "vnpu-operator"
 # Names the objects apart from a release of the chart installed on the same plane.

@@ -319,6 +319,8 @@ class RealNode:
             "#!/bin/sh\n"
             f"export VNPU_STANDIN_RUNC='{self.tool('runc')}'\n"
             f"export VNPU_STANDIN_DEVICE_DIR='{self.device_dir}'\n"
+            # The real runtime's CDI mode: ASCEND_VNPU_SPECS creates even under VIRTUAL.
+            "export VNPU_STANDIN_SPECS_FIRST=1\n"
             f"exec '{sys.executable}' '{ASCEND_RUNTIME}' \"$@\"\n"
         )
         wrapper.chmod(0o755)

@@ -66,6 +66,11 @@ def test_exactly_the_listed_vnpus_and_present_control_devices_are_added(devdir: 
         ("ASCEND_VISIBLE_DEVICES=101",),
         ("ASCEND_VISIBLE_DEVICES=101", "ASCEND_RUNTIME_OPTIONS=NODRV"),
         ("ASCEND_RUNTIME_OPTIONS=VIRTUAL",),
+        # Empty: the list the webhook gives a container without vNPUs.
+        ("ASCEND_VISIBLE_DEVICES=", "ASCEND_RUNTIME_OPTIONS=VIRTUAL"),
+        # The last occurrence wins: an image's value overridden by the pod's.
+        ("ASCEND_VISIBLE_DEVICES=101", "ASCEND_RUNTIME_OPTIONS=VIRTUAL", "ASCEND_VISIBLE_DEVICES="),
+        ("ASCEND_VNPU_SPECS=", "ASCEND_RUNTIME_OPTIONS=VIRTUAL", "ASCEND_VISIBLE_DEVICES="),
     ],
 )
 def test_nothing_is_added_unless_both_variables_ask(devdir: Path, env: tuple[str, ...]) -> None:
@@ -78,7 +83,7 @@ def test_nothing_is_added_unless_both_variables_ask(devdir: Path, env: tuple[str
     ("value", "message"),
     [
         ("101,x", "'x' is not a vNPU id"),
-        ("", "'' is not a vNPU id"),
+        ("101,", "'' is not a vNPU id"),
         ("99", "outside 100..1123"),
         ("102", "vNPU 102, but its device"),
     ],
@@ -87,6 +92,34 @@ def test_bad_or_unknown_ids_are_refused(devdir: Path, value: str, message: str) 
     spec = _spec(f"ASCEND_VISIBLE_DEVICES={value}", "ASCEND_RUNTIME_OPTIONS=VIRTUAL")
     with pytest.raises(rt.StandInError, match=message):
         rt.add_devices(spec, devdir)
+
+
+def test_the_last_occurrence_wins_whoever_wrote_it(devdir: Path) -> None:
+    # Image ENV first, the pod's env after it: the runtime takes the later one.
+    spec = _spec("ASCEND_VISIBLE_DEVICES=", "ASCEND_RUNTIME_OPTIONS=VIRTUAL",
+                 "ASCEND_VISIBLE_DEVICES=130")  # fmt: skip
+    assert rt.add_devices(spec, devdir)[0] == "/dev/davinci130"
+
+
+@pytest.mark.parametrize("specs_first", [False, True])
+def test_vnpu_specs_make_the_runtime_create_a_vnpu_behind_the_ledger(
+    devdir: Path, specs_first: bool
+) -> None:
+    """Without VIRTUAL both modes create; under VIRTUAL only the CDI mode's order."""
+    spec = _spec("ASCEND_VNPU_SPECS=vir05_1c_16g", "ASCEND_VISIBLE_DEVICES=0")
+    added = rt.add_devices(spec, devdir, specs_first)
+    # 100 is the first id without a device node in devdir.
+    assert added == ["/dev/davinci100", "/dev/davinci_manager"]
+    assert stat.S_ISCHR((devdir / "vdavinci100").stat().st_mode)
+    assert (devdir / rt.CREATED_LOG).read_text() == "100 vir05_1c_16g\n"
+
+    virtual = _spec("ASCEND_VNPU_SPECS=vir05_1c_16g", "ASCEND_RUNTIME_OPTIONS=VIRTUAL")
+    added = rt.add_devices(virtual, devdir, specs_first)
+    assert added == (["/dev/davinci102", "/dev/davinci_manager"] if specs_first else [])
+    # Emptied by a later entry (what the webhook writes), nothing is created.
+    emptied = _spec("ASCEND_VNPU_SPECS=vir05_1c_16g", "ASCEND_VNPU_SPECS=")
+    assert rt.add_devices(emptied, devdir, specs_first) == []
+    assert len((devdir / rt.CREATED_LOG).read_text().splitlines()) == (2 if specs_first else 1)
 
 
 def test_the_command_is_found_past_runc_global_options() -> None:
