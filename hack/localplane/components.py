@@ -199,7 +199,7 @@ class AgentProcess(ServiceProcess):
         start only."""
         self.port = free_port()
         args = [
-            f"--kubeconfig={self.plane.kubeconfig}",
+            f"--kubeconfig={self.plane.agent_kubeconfig}",
             f"--simulate-nodes={','.join(self.nodes)}",
             f"--state-dir={self.state_dir}",
             f"--cdi-dir={self.cdi_dir}",

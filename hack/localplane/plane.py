@@ -190,6 +190,13 @@ class LocalPlane:
         return self.workdir / "operator.kubeconfig"
 
     @property
+    def agent_kubeconfig(self) -> Path:
+        """The agents' identity (`policies.AGENT_USER`, in group system:masters): the
+        allocation policy lets the agents change allocations, an admin only remove
+        their finalizers."""
+        return self.workdir / "agent.kubeconfig"
+
+    @property
     def audit_log(self) -> Path:
         return self.logs / "audit.log"
 
@@ -216,6 +223,7 @@ class LocalPlane:
             self._write_pki()
             self._write_kubeconfig(self.kubeconfig, "admin")
             self._write_kubeconfig(self.operator_kubeconfig, policies.OPERATOR_USER)
+            self._write_kubeconfig(self.agent_kubeconfig, policies.AGENT_USER)
             progress("starting etcd")
             self._start_etcd()
             progress("starting kube-apiserver")
@@ -300,16 +308,10 @@ class LocalPlane:
         certs.issue(
             ca, "admin", organizations=("system:masters",), server=False, client=True
         ).write(self.pki / "admin.crt", self.pki / "admin.key")
-        certs.issue(
-            ca,
-            policies.OPERATOR_USER,
-            organizations=("system:masters",),
-            server=False,
-            client=True,
-        ).write(
-            self.pki / f"{policies.OPERATOR_USER}.crt",
-            self.pki / f"{policies.OPERATOR_USER}.key",
-        )
+        for user in (policies.OPERATOR_USER, policies.AGENT_USER):
+            certs.issue(
+                ca, user, organizations=("system:masters",), server=False, client=True
+            ).write(self.pki / f"{user}.crt", self.pki / f"{user}.key")
         sa_key, sa_pub = certs.rsa_keypair()
         (self.pki / "sa.key").write_bytes(sa_key)
         (self.pki / "sa.pub").write_bytes(sa_pub)

@@ -198,6 +198,7 @@ def test_status_is_a_subresource(plane: LocalPlane, namespace: str) -> None:
     plane.kubectl(
         "patch", names.ALLOCATION_PLURAL, "st", "-n", namespace, "--type=merge",
         "--subresource=status", "-p", '{"status": {"phase": "Ready"}}',
+        kubeconfig=plane.agent_kubeconfig,  # the agents' to write
     )  # fmt: skip
     obj = _get(plane, namespace, names.ALLOCATION_PLURAL, "st")
     assert obj is not None

@@ -325,12 +325,31 @@ def test_allocations_are_the_operators(
     for user in (admin, operator):
         user.denied(mismatch, *relabel, f"{names.LABEL_NODE}=pr-elsewhere")
         user.denied(mismatch, *relabel, f"{names.LABEL_NODE}-")
-    # Updates that leave the label alone pass: an admin removing a finalizer by hand (the
-    # documented way out for an allocation nobody serves), or a harmless label.
-    admin.ok("label", names.ALLOCATION_PLURAL, "handmade", "tenant.example/owner=me")
-    admin.ok(
+    # Nobody else changes an allocation's metadata or status, not even an exempt admin,
+    # who may only remove its finalizer (the documented way out, docs/HELM.md).
+    for user in (tenant, admin):
+        user.denied(
+            "metadata.labels of a VNPUAllocation",
+            "label", names.ALLOCATION_PLURAL, "handmade", "tenant.example/owner=me",
+        )  # fmt: skip
+        user.denied(
+            "metadata.annotations of a VNPUAllocation",
+            "annotate", names.ALLOCATION_PLURAL, "handmade", "tenant.example/note=x",
+        )  # fmt: skip
+        user.denied(
+            "metadata.finalizers: none may be added",
+            "patch", names.ALLOCATION_PLURAL, "handmade", "--type=merge", "-p",
+            json.dumps({"metadata": {"finalizers": [names.ALLOCATION_FINALIZER, "x.example/k"]}}),
+        )  # fmt: skip
+    admin.denied(
+        "status of a VNPUAllocation",
+        "patch", names.ALLOCATION_PLURAL, "handmade", "--type=merge", "--subresource=status",
+        "-p", json.dumps({"status": {"phase": "Ready"}}),
+    )  # fmt: skip
+    tenant.denied(
+        "metadata.finalizers of a VNPUAllocation",
         "patch", names.ALLOCATION_PLURAL, "handmade", "--type=merge",
-        "-p", json.dumps({"metadata": {"finalizers": [names.ALLOCATION_FINALIZER]}}),
+        "-p", json.dumps({"metadata": {"finalizers": None}}),
     )  # fmt: skip
     admin.ok(
         "patch", names.ALLOCATION_PLURAL, "handmade", "--type=merge",
@@ -425,6 +444,75 @@ def test_tenant_cannot_take_another_pods_vnpu_or_keep_its_own(
 
 
 DEVICE_ENV = f"env {names.ENV_VISIBLE_DEVICES}"
+
+
+def test_no_route_hands_one_vnpu_to_two_pods(
+    plane: LocalPlane, stack: Stack, tenant: User, admin: User, namespace: str
+) -> None:
+    """Issue 33, item 3: a pod keeps its vNPU open while its allocation goes without the
+    destroy (a tenant pointing the owner at a pod that does not exist and removing the
+    finalizer; an admin deleting the allocation and removing the finalizer by hand as
+    docs/HELM.md says). The tenant is refused; after the admin's way, the vNPU's id stays
+    booked until the vNPU is destroyed, and the next pod gets another one."""
+    ns = namespace
+    sim = stack.sim(NODE)
+    create_as(tenant, vnpu_pod("holder", ns, template=TEMPLATE))
+    holder = running(plane, ns, "holder")
+    (alloc,) = pod_allocations(plane, ns, holder["metadata"]["uid"])
+    name, held = alloc["metadata"]["name"], int(alloc["spec"]["vnpuId"])
+    sim.open_vnpu(held)  # the container has it open
+
+    where = ("patch", names.ALLOCATION_PLURAL, name, "--type=merge", "-p")
+    ghost = {"apiVersion": "v1", "kind": "Pod", "name": "ghost",
+             "uid": "00000000-0000-4000-8000-000000000000"}  # fmt: skip
+    tenant.denied(
+        "metadata.ownerReferences of a VNPUAllocation",
+        *where, json.dumps({"metadata": {"ownerReferences": [ghost]}}),
+    )  # fmt: skip
+    tenant.denied(
+        "metadata.finalizers of a VNPUAllocation",
+        *where, json.dumps({"metadata": {"finalizers": None}}),
+    )  # fmt: skip
+
+    # The admin's way: the allocation deleted, its destroy deferred (the vNPU is
+    # open), the finalizer removed by hand.
+    admin.ok("delete", names.ALLOCATION_PLURAL, name, "--wait=false")
+    wait_for(
+        "destroy deferred",
+        lambda: (get_json(plane, names.ALLOCATION_PLURAL, "-n", ns, name) or {})
+        .get("status", {}).get("phase") == names.PHASE_RELEASING,
+        timeout=30,
+    )  # fmt: skip
+    admin.ok(*where, json.dumps({"metadata": {"finalizers": None}}))
+    wait_for(
+        "allocation gone",
+        lambda: get_json(plane, names.ALLOCATION_PLURAL, "-n", ns, name) is None,
+        timeout=30,
+    )
+    assert held in vnpu_ids(sim)
+
+    create_as(tenant, vnpu_pod("next", ns, template=TEMPLATE))
+    nxt = running(plane, ns, "next")
+    (mine,) = pod_allocations(plane, ns, nxt["metadata"]["uid"])
+    assert int(mine["spec"]["vnpuId"]) != held
+    assert str(held) not in (visible(nxt) or "").split(",")
+
+    # The container lets go; the agent collects the orphan, and the id is free again.
+    sim.release_vnpu(held)
+    wait_for("orphan collected", lambda: held not in vnpu_ids(sim), timeout=30)
+    create_as(tenant, vnpu_pod("after", ns, template=TEMPLATE))
+    after = running(plane, ns, "after")
+    (theirs,) = pod_allocations(plane, ns, after["metadata"]["uid"])
+    assert int(theirs["spec"]["vnpuId"]) == held  # the lowest free id of the fuller chip
+
+    tenant.ok("delete", "pod", "holder", "next", "after", "--wait=false")
+    for pod in ("holder", "next", "after"):
+        gone(plane, ns, pod)
+    wait_for(
+        "vNPUs destroyed",
+        lambda: not {int(mine["spec"]["vnpuId"]), held} & set(vnpu_ids(sim)),
+        timeout=30,
+    )
 
 
 def with_env(pod: dict[str, Any], container: int, env: list[dict[str, Any]], *,

@@ -138,6 +138,18 @@ operator ServiceAccount's. The protection policies exempt exactly this identity.
 {{- end -}}
 
 {{- /*
+The agents' usernames, a JSON list: protection.agentUsernames, else the agent
+ServiceAccount's. The allocation policy lets them change allocations.
+*/ -}}
+{{- define "vnpu.agent.usernames" -}}
+{{- if .Values.protection.agentUsernames -}}
+{{- toJson .Values.protection.agentUsernames -}}
+{{- else -}}
+{{- list (printf "system:serviceaccount:%s:%s" .Release.Namespace (include "vnpu.agent.serviceAccountName" .)) | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{- /*
 apiServer.host/port as the in-cluster client settings both components read; explicit env
 wins over the kubelet's Service variables of the same names.
 */ -}}
