@@ -49,6 +49,10 @@ LABEL_MANAGED: Final = f"{GROUP}/managed"
 ANN_VISIBLE_DEVICES: Final = f"{GROUP}/visible-devices"
 SCHEDULING_GATE: Final = f"{GROUP}/allocation"
 POD_FINALIZER: Final = f"{GROUP}/release"
+# The node of a preempting pod's claim, written by the operator in the same status
+# write as status.nominatedNodeName: a nomination it restores after a restart must
+# carry it (anybody with pods/status can write a nomination; only the operator this).
+ANN_NOMINATED_NODE: Final = f"{GROUP}/nominated-node"
 ENV_VISIBLE_DEVICES: Final = "ASCEND_VISIBLE_DEVICES"
 ENV_RUNTIME_OPTIONS: Final = "ASCEND_RUNTIME_OPTIONS"
 RUNTIME_OPTIONS_VIRTUAL: Final = "VIRTUAL"

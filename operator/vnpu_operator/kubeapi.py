@@ -220,15 +220,21 @@ class OperatorApi:
 
     async def set_nominated_node(self, pod: Mapping[str, Any], node: str | None) -> bool:
         """status.nominatedNodeName: the node a preempting pod's claim is on
-        (None clears it), which `kubectl get pod -o wide` shows and a
-        restarted operator rebuilds the claim from. False: the pod is gone."""
+        (None clears it), which `kubectl get pod -o wide` shows, and the
+        vnpu.io/nominated-node annotation, the operator's own record of it,
+        in the same write (a status write may change metadata): a restarted
+        operator rebuilds the claim only where both agree. False: the pod is
+        gone."""
         meta = pod["metadata"]
         return await self._write(
             "patch_pod_status",
             self.core.patch_namespaced_pod_status,
             meta["name"],
             meta["namespace"],
-            {"status": {"nominatedNodeName": node}},
+            {
+                "metadata": {"annotations": {names.ANN_NOMINATED_NODE: node}},
+                "status": {"nominatedNodeName": node},
+            },
             _content_type=MERGE,
             done=(404,),
         )

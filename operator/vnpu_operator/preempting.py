@@ -63,6 +63,39 @@ def nominated_node(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("nominatedNodeName") or "")
 
 
+def recorded_node(pod: Mapping[str, Any]) -> str:
+    """The node the operator wrote in vnpu.io/nominated-node with the
+    nomination (kubeapi.set_nominated_node)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(names.ANN_NOMINATED_NODE) if isinstance(annotations, Mapping) else None
+    return value if isinstance(value, str) else ""
+
+
+def restorable_claim(pod: Mapping[str, Any]) -> str:
+    """The node of the claim an earlier run of the operator made for this
+    pod, or "". Only a nomination the operator recorded counts: anybody with
+    pods/status (a tenant where the protection policies are off, an exempt
+    admin) can write status.nominatedNodeName, and a claim restored from it
+    would hold capacity for a pod that evicted nobody."""
+    node = nominated_node(pod)
+    if not node or node != recorded_node(pod) or not is_gated(pod):
+        return ""
+    return "" if is_deleting(pod) or is_terminal(pod) else node
+
+
+def foreign_nomination(pod: Mapping[str, Any], *, preempting: bool) -> str:
+    """status.nominatedNodeName of a gated pod that this operator did not
+    write, or "". The scheduler never nominates a gated pod, and the
+    operator only with preemption on (`preempting`) and with its record:
+    any other nomination is forged, and the scheduler would keep the
+    pod's charges free on that node for it, refusing pods the operator
+    placed there."""
+    node = nominated_node(pod)
+    if not node or not is_gated(pod) or is_deleting(pod):
+        return ""
+    return node if not preempting or node != recorded_node(pod) else ""
+
+
 class Preemption:
     def __init__(
         self,
@@ -100,11 +133,11 @@ class Preemption:
 
     def restore(self, pod: Raw) -> None:
         """A pod this operator sees for the first time (after a restart)
-        carrying the claim an earlier run wrote: booked again, before any
-        placement runs. A pod holding allocations was placed: its claim is
-        dropped at its first reconcile (`release_claim`)."""
-        node = nominated_node(pod)
-        if not (self.enabled and node and is_gated(pod)) or is_deleting(pod) or is_terminal(pod):
+        carrying the claim an earlier run wrote (`restorable_claim`): booked
+        again, before any placement runs. A pod holding allocations was
+        placed: its claim is dropped at its first reconcile (`release_claim`)."""
+        node = restorable_claim(pod)
+        if not (self.enabled and node):
             return
         try:
             request = PodRequest.from_pod(pod)
@@ -113,6 +146,28 @@ class Preemption:
         if self.ledger.nomination(request.uid) is None:
             self.ledger.nominate(request, node)
             log.info("pod %s: claim on node %s restored", key_of(pod), node)
+
+    async def clear_foreign(self, pod: Raw) -> None:
+        """A forged nomination of a gated pod (`foreign_nomination`) is
+        cleared, or put back to the pod's own claim if it has one; one write,
+        and only when there is one. The cached copy is cleared at once, so
+        that the rest of the reconcile does not clear it again."""
+        node = foreign_nomination(pod, preempting=self.enabled)
+        if not node:
+            return
+        uid = str(pod["metadata"].get("uid", ""))
+        claim = self.ledger.nomination(uid)
+        ours = claim.node if claim is not None else None
+        log.warning(
+            "pod %s: status.nominatedNodeName %s was not written by the vnpu-operator; %s",
+            key_of(pod), node, f"set back to {ours}" if ours else "cleared",
+        )  # fmt: skip
+        await self.api.set_nominated_node(pod, ours)
+        status = pod.setdefault("status", {})
+        if ours:
+            status["nominatedNodeName"] = ours
+        else:
+            status.pop("nominatedNodeName", None)
 
     def forget(self, uid: str) -> None:
         """Drops the pod's claim, if any; what it held is free to others."""

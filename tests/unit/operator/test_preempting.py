@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import generate_latest
 from test_controller import FakeApi, World, pod
@@ -16,6 +17,7 @@ from vnpu_operator.controller import Controller
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.placement import Reason
+from vnpu_operator.preempting import foreign_nomination, restorable_claim
 
 BUDGET = "Cannot evict pod as it would violate the pod's disruption budget"
 
@@ -256,10 +258,18 @@ async def test_never_equal_priority_and_off_evict_nobody() -> None:
         assert w.api.of("set_pod_condition")[0][1] == names.REASON_WAITING
 
 
+def nominated(p: dict[str, Any], node: str, recorded: str | None = None) -> dict[str, Any]:
+    """`p` with status.nominatedNodeName `node` and, if `recorded`, the
+    operator's record of it (what kubeapi.set_nominated_node writes)."""
+    p["status"]["nominatedNodeName"] = node
+    if recorded is not None:
+        p["metadata"]["annotations"][names.ANN_NOMINATED_NODE] = recorded
+    return p
+
+
 async def test_a_claim_written_by_an_earlier_run_is_restored_before_placing() -> None:
     w = Cluster()
-    waiting = prio(pod("high", "h"), 1000)
-    waiting["status"]["nominatedNodeName"] = "n1"
+    waiting = nominated(prio(pod("high", "h"), 1000), "n1", recorded="n1")
     w.controller.pod_event("ADDED", waiting)  # the listing after a restart
     claim = w.controller.ledger.nomination("h")
     assert claim is not None
@@ -268,3 +278,96 @@ async def test_a_claim_written_by_an_earlier_run_is_restored_before_placing() ->
     w2 = Cluster(preemption=False)
     w2.controller.pod_event("ADDED", waiting)
     assert w2.controller.ledger.nominations() == {}
+
+
+@pytest.mark.parametrize(
+    ("node", "recorded", "gated", "deleting", "phase", "want"),
+    [
+        ("n1", "n1", True, False, "Pending", "n1"),  # the operator's own claim
+        ("n1", None, True, False, "Pending", ""),  # forged: no record
+        ("n1", "n2", True, False, "Pending", ""),  # forged: another node than recorded
+        ("", "n1", True, False, "Pending", ""),  # a record, no nomination
+        ("n1", "n1", False, False, "Pending", ""),  # ungated: placed, nothing to hold
+        ("n1", "n1", True, True, "Pending", ""),  # going
+        ("n1", "n1", True, False, "Failed", ""),  # ended
+    ],
+)
+def test_only_a_nomination_the_operator_recorded_is_restorable(
+    node: str, recorded: str | None, gated: bool, deleting: bool, phase: str, want: str
+) -> None:
+    p = nominated(pod("high", "h"), node, recorded)
+    p["status"]["phase"] = phase
+    if not gated:
+        p["spec"].pop("schedulingGates")
+    if deleting:
+        p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert restorable_claim(p) == want
+
+
+@pytest.mark.parametrize(
+    ("node", "recorded", "gated", "preempting", "want"),
+    [
+        ("", None, True, True, ""),  # nothing nominated: nothing to clear
+        ("n1", "n1", True, True, ""),  # the operator's claim
+        ("n1", None, True, True, "n1"),  # forged
+        ("n1", "n2", True, True, "n1"),  # forged over a record of another node
+        ("n1", "n1", True, False, "n1"),  # preemption off: no nomination is ours
+        ("n1", None, True, False, "n1"),
+        ("n1", None, False, True, ""),  # ungated: the scheduler's to nominate
+    ],
+)
+def test_a_nomination_of_a_gated_pod_the_operator_did_not_write_is_foreign(
+    node: str, recorded: str | None, gated: bool, preempting: bool, want: str
+) -> None:
+    p = nominated(pod("high", "h"), node, recorded)
+    if not gated:
+        p["spec"].pop("schedulingGates")
+    assert foreign_nomination(p, preempting=preempting) == want
+
+
+@pytest.mark.parametrize("preemption", [True, False])
+async def test_a_forged_nomination_is_never_restored_and_is_cleared(preemption: bool) -> None:
+    """After a restart (the listing), with preemption on and off: a forged
+    nomination books no claim, costs one write that clears it, and the pod
+    is placed as any other. Told again, nothing more is written."""
+    w = Cluster(preemption=preemption)
+    forged = nominated(prio(pod("high", "h"), 1000), "n1")
+    w.controller.pod_event("ADDED", forged)
+    assert w.controller.ledger.nominations() == {}
+    w.controller.mark_synced()
+    await w.settle()
+    assert w.controller.ledger.nominations() == {}
+    assert w.calls()[0] == ("nominate", ("high", None))
+    assert [c for c in w.calls() if c[0] == "nominate"] == [("nominate", ("high", None))]
+    (body,) = w.created()
+    assert body["spec"]["podUID"] == "h"
+    assert w.controller.pods["h"]["status"].get("nominatedNodeName") is None
+
+
+async def test_a_pod_without_a_forged_nomination_costs_no_write_for_it() -> None:
+    w = Cluster()
+    await w.fill()
+    w.controller.pod_event("ADDED", prio(pod("third", "t"), 0))
+    await w.settle()
+    ours = nominated(prio(pod("third", "t"), 0), "", recorded=None)
+    w.controller.pod_event("MODIFIED", ours)
+    await w.settle()
+    assert "nominate" not in [n for n, _ in w.calls()]
+
+
+async def test_a_forged_nomination_over_a_live_claim_is_set_back_to_the_claim() -> None:
+    w = Cluster()
+    await w.fill()
+    await w.high()
+    claim = w.controller.ledger.nomination("h")
+    assert claim is not None
+    w.api.calls.clear()
+    # The echo of the operator's own write: no write.
+    w.controller.pod_event("MODIFIED", nominated(prio(pod("high", "h"), 1000), "n1", "n1"))
+    await w.settle()
+    assert [c for c in w.calls() if c[0] == "nominate"] == []
+    # Someone writes another node over it (the record still says n1).
+    w.controller.pod_event("MODIFIED", nominated(prio(pod("high", "h"), 1000), "n9", "n1"))
+    await w.settle()
+    assert [c for c in w.calls() if c[0] == "nominate"] == [("nominate", ("high", "n1"))]
+    assert w.controller.ledger.nomination("h") == claim
