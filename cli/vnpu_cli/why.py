@@ -134,7 +134,9 @@ def _chip_reasons(
     out = []
     for index in sorted(state.chips):
         chip_state = state.chips[index]
-        obstacle = chip_obstacle(chip_state, request.template, request.chip_model, state.used_ids)
+        obstacle = chip_obstacle(
+            chip_state, request.template, request.chip_model, state.used_ids, request.charged
+        )
         need = template_resources(chip_state.chip, request.template, known)
         out.append(
             {

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vnpu_common import names
+from vnpu_common.quantity import quantity_value
 
 Raw = dict[str, Any]
 
@@ -32,6 +33,36 @@ POD_SPEC_READ = (
 POD_STATUS_READ = ("phase", "nominatedNodeName")
 
 
+# The slim copy's key for the pod's vnpu.io/* container requests, summed (the
+# charge the webhook wrote): the containers themselves are not kept.
+POD_CHARGED = "charged"
+
+
+def charged_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """Resource -> amount of every vnpu.io/* request of the pod's containers
+    and init containers, summed: what the webhook charged it ({} for a pod
+    charged nothing). The slim copy keeps the sum."""
+    if POD_CHARGED in pod:
+        kept = pod[POD_CHARGED]
+        return dict(kept) if isinstance(kept, Mapping) else {}
+    spec = pod.get("spec") or {}
+    out: dict[str, int] = {}
+    for field in ("containers", "initContainers"):
+        containers = spec.get(field) if isinstance(spec, Mapping) else None
+        for container in containers if isinstance(containers, list) else []:
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            requests = resources.get("requests") if isinstance(resources, Mapping) else None
+            for key, value in requests.items() if isinstance(requests, Mapping) else ():
+                amount = quantity_value(value)
+                if (
+                    isinstance(key, str)
+                    and key.startswith(names.RESOURCE_PREFIX)
+                    and amount is not None
+                ):
+                    out[key] = out.get(key, 0) + amount
+    return out
+
+
 def _metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     return {k: v for k, v in meta.items() if k != "managedFields"}
@@ -46,6 +77,7 @@ def slim_pod(pod: Mapping[str, Any]) -> Raw:
         "metadata": _metadata(pod),
         "spec": {k: spec[k] for k in POD_SPEC_READ if k in spec},
         "status": {k: status[k] for k in POD_STATUS_READ if k in status},
+        POD_CHARGED: charged_requests(pod),
     }
 
 

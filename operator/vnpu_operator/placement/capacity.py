@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vnpu_common.api.models import ChipStatus, TemplateResources
-from vnpu_operator.placement.model import Allocation, NodeInventory, Resources
+from vnpu_operator.placement.model import Allocation, ChargedSize, NodeInventory, Resources
 from vnpu_operator.placement.reasons import Reason
 
 # (chip model, template name) -> resources, gathered from every inventory.
@@ -168,15 +168,23 @@ def _need_or_whole_chip(state: ChipState, template: str, catalog: Catalog) -> Re
 
 
 def chip_obstacle(
-    state: ChipState, template: str, chip_model: str | None, used_ids: set[int]
+    state: ChipState,
+    template: str,
+    chip_model: str | None,
+    used_ids: set[int],
+    charged: ChargedSize | None = None,
 ) -> Reason | None:
-    """Why one more vNPU of `template` does not fit on this chip, or None."""
+    """Why one more vNPU of `template` does not fit on this chip, or None.
+    `charged`: what one vNPU of the pod was charged; a chip whose vNPU of
+    `template` takes another size is not for it."""
     chip = state.chip
     if chip_model is not None and chip.model != chip_model:
         return Reason.CHIP_MODEL
+    need = state.offer(template)
+    if charged is not None and need is not None and not charged.matches(need):
+        return Reason.CHARGED_SIZE
     if chip.health != HEALTHY:
         return Reason.UNHEALTHY
-    need = state.offer(template)
     if need is None:
         return Reason.TEMPLATE_NOT_OFFERED
     # Field by field, without a Resources for what is free: this runs for every

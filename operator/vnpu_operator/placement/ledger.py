@@ -35,6 +35,7 @@ from vnpu_operator.placement.fragmentation import (
 )
 from vnpu_operator.placement.model import (
     Allocation,
+    ChargedSize,
     NodeInventory,
     Placement,
     Policy,
@@ -68,12 +69,12 @@ class Ledger:
         self.catalog_epoch = 0
         # Chip model -> its largest offered template, as of the catalog.
         self._largest: dict[str, str] = {}
-        # node -> (template, chip model, count, policy) -> what _fit_node said.
+        # node -> (template, chip model, charge, count, policy) -> what _fit_node said.
         # A node's answer only changes when the node does (inventory,
         # liveness, an allocation on it) or the catalog does, so a stream of
         # placements re-evaluates one node each instead of every node.
         # The key ends with the nominees booked first (see nominations below).
-        self._fits: dict[str, dict[tuple[str, str | None, int, Policy, tuple[str, ...]], _Fit]] = {}
+        self._fits: dict[str, dict[_FitKey, _Fit]] = {}
         # node -> its capacity as built from the inventory and the allocations,
         # dropped with its fits. Building it sums every vNPU on the node; a
         # placement asks a changed node once per request shape, each from a copy.
@@ -371,7 +372,8 @@ class Ledger:
             if best is None or (rank, name) < (best[0], best[1]):
                 best = (rank, name, slots)
         if best is None:
-            return NoFit(template=request.template, count=request.count, node_reasons=reasons)
+            charged = request.charged.describe() if request.charged is not None else ""
+            return NoFit(request.template, request.count, reasons, charged)
         return self._book(request, best[1], best[2], first_index)
 
     def _best_candidate(
@@ -392,6 +394,7 @@ class Ledger:
         shape = (
             request.template,
             request.chip_model,
+            request.charged,
             need,
             policy,
             request.where,
@@ -403,7 +406,14 @@ class Ledger:
     ) -> _Fit:
         fits = self._fits.setdefault(inventory.name, {})
         held = self.held_for(inventory.name, request)
-        key = (request.template, request.chip_model, need, policy, tuple(r.uid for r in held))
+        key = (
+            request.template,
+            request.chip_model,
+            request.charged,
+            need,
+            policy,
+            tuple(r.uid for r in held),
+        )
         outcome = fits.get(key)
         if outcome is None:
             state = self._state(inventory)
@@ -520,6 +530,7 @@ def hold(
 
 
 _Fit = tuple[list[tuple[int, int]], Rank] | Reason
+_FitKey = tuple[str, str | None, ChargedSize | None, int, Policy, tuple[str, ...]]
 
 
 def _offer(inventory: NodeInventory) -> list[tuple[str, list[TemplateResources]]]:
@@ -557,7 +568,11 @@ def _fit_node(
 
     def obstacle(index: int) -> Reason | None:
         return chip_obstacle(
-            state.chips[index], request.template, request.chip_model, state.used_ids
+            state.chips[index],
+            request.template,
+            request.chip_model,
+            state.used_ids,
+            request.charged,
         )
 
     obstacles = {index: obstacle(index) for index in sorted(state.chips)}

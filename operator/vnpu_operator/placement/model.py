@@ -90,6 +90,34 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class ChargedSize:
+    """What one vNPU of a pod was charged at admission: the webhook's
+    vnpu.io/aicore and vnpu.io/memory-mb requests over its count. The pod
+    books only vNPUs of exactly this size, so its namespace's quota counts
+    what it holds: a template may take other resources on another chip model
+    (vir04: 4096 MB on a 910, 12288 MB on a 310P3), and a pod admitted
+    without vnpu.io/chip-model is charged the size of the models offering it
+    then. None in a field: not charged for that resource."""
+
+    aicore: int | None = None
+    memory_mb: int | None = None
+
+    def matches(self, need: Resources) -> bool:
+        return (self.aicore is None or self.aicore == need.aicore) and (
+            self.memory_mb is None or self.memory_mb == need.memory_mb
+        )
+
+    def describe(self) -> str:
+        """e.g. "4 AICore, 4096 MB"."""
+        parts = [
+            f"{value} {unit}"
+            for value, unit in ((self.aicore, "AICore"), (self.memory_mb, "MB"))
+            if value is not None
+        ]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
 class NodeInventory:
     """Everything placement knows about one node: Node labels and taints,
     liveness (agent Lease valid and Node present), the VNPUNode status and

@@ -21,6 +21,7 @@ def _signature(request: PodRequest, avoid: frozenset[str]) -> tuple[Any, ...]:
         request.template,
         request.count,
         request.chip_model,
+        request.charged,
         request.where,
         avoid,
         # A preempting pod's claim closes a node to its priority and lower only.

@@ -27,6 +27,9 @@ class Reason(StrEnum):
     # victims are still releasing it (placement.preemption).
     NOMINATED = "nominated"
     CHIP_MODEL = "chip-model"
+    # The chip offers the template at another size than the pod was charged
+    # at admission (model.ChargedSize): booking it would escape its quota.
+    CHARGED_SIZE = "charged-size"
     UNHEALTHY = "unhealthy"
     TEMPLATE_NOT_OFFERED = "template-not-offered"
     INSUFFICIENT_AICORE = "insufficient-aicore"
@@ -58,6 +61,7 @@ _LABELS = {
     Reason.NO_CHIPS: "no NPU chips",
     Reason.NOMINATED: "capacity held for a preempting pod",
     Reason.CHIP_MODEL: "chip model mismatch",
+    Reason.CHARGED_SIZE: "template size differs from the pod's quota charge",
     Reason.UNHEALTHY: "chip unhealthy",
     Reason.TEMPLATE_NOT_OFFERED: "template not offered",
     Reason.INSUFFICIENT_AICORE: "insufficient AICore",
@@ -76,6 +80,9 @@ class NoFit:
     template: str
     count: int
     node_reasons: Mapping[str, Reason] = field(default_factory=dict)
+    # What one vNPU of the pod was charged (ChargedSize.describe()), for the
+    # message of a pod that nodes were closed to by its charge.
+    charged: str = ""
 
     @property
     def total_nodes(self) -> int:
@@ -99,6 +106,12 @@ class NoFit:
         if not self.node_reasons:
             return f"{head}: {Reason.NO_NODES.label}"
         parts = ", ".join(f"{n} {reason.label}" for reason, n in self.reasons.items())
+        if self.charged and Reason.CHARGED_SIZE in self.reasons:
+            parts += (
+                f" (it was charged {self.charged} a vNPU at admission and books only vNPUs "
+                "of that size; to run on another chip model, delete it and create it anew "
+                "naming that model in vnpu.io/chip-model, so that it is charged that size)"
+            )
         return f"{head}: {parts}"
 
     def __str__(self) -> str:

@@ -20,6 +20,7 @@ from vnpu_operator.annotations import (
     template_problem,
 )
 from vnpu_operator.placement.errors import InvalidRequestError
+from vnpu_operator.placement.model import ChargedSize
 from vnpu_operator.placement.selectors import (
     SelectorError,
     Term,
@@ -27,6 +28,7 @@ from vnpu_operator.placement.selectors import (
     compile_node_selector,
     compile_tolerations,
 )
+from vnpu_operator.slim import charged_requests
 
 _AFFINITY_PATH = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -71,6 +73,10 @@ class PodRequest:
     # pod's PriorityClass (absent: 0). Placement reads it only where a
     # preempting pod holds capacity (vnpu_operator.placement.preemption).
     priority: int = 0
+    # What one vNPU was charged at admission (the webhook's vnpu.io/* requests
+    # over the count); None for a pod charged nothing. Only vNPUs of that size
+    # are booked for it.
+    charged: ChargedSize | None = None
     affinity_terms: tuple[Term, ...] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -154,4 +160,23 @@ class PodRequest:
             tolerations=tuple(tolerations or ()),
             containers=request.containers,
             priority=0 if priority is None else priority,
+            charged=charged_size(charged_requests(pod), request.count),
         )
+
+
+def charged_size(requests: Mapping[str, int], count: int) -> ChargedSize | None:
+    """One vNPU's share of the pod's charge (`requests`: resource -> amount,
+    slim.charged_requests); None when it was charged neither AICore nor memory."""
+    each: dict[str, int | None] = {}
+    for resource in (names.RES_AICORE, names.RES_MEMORY_MB):
+        total = requests.get(resource)
+        if total is not None and total % count:
+            raise InvalidRequestError(
+                f"resources {resource}",
+                f"{total} is not {count} times one vNPU's size: not the charge the "
+                "vnpu-operator's webhook writes (delete the pod and create it anew)",
+            )
+        each[resource] = None if total is None else total // count
+    if each[names.RES_AICORE] is None and each[names.RES_MEMORY_MB] is None:
+        return None
+    return ChargedSize(aicore=each[names.RES_AICORE], memory_mb=each[names.RES_MEMORY_MB])
