@@ -56,6 +56,9 @@ ANN_NOMINATED_NODE: Final = f"{GROUP}/nominated-node"
 ENV_VISIBLE_DEVICES: Final = "ASCEND_VISIBLE_DEVICES"
 ENV_RUNTIME_OPTIONS: Final = "ASCEND_RUNTIME_OPTIONS"
 RUNTIME_OPTIONS_VIRTUAL: Final = "VIRTUAL"
+# Makes the Ascend runtime create a vNPU itself, behind every ledger: every container
+# of a vNPU pod gets it empty, and no pod may set it (docs/SECURITY.md).
+ENV_VNPU_SPECS: Final = "ASCEND_VNPU_SPECS"
 
 # Admission webhooks: configuration objects, webhook names (FQDNs, as the API
 # server requires) and the HTTP paths the operator serves them on.

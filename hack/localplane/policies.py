@@ -26,6 +26,10 @@ def templates() -> list[str]:
     return sorted(f"templates/{p.name}" for p in (CHART / "templates").glob("protection*.yaml"))
 
 
+# The RuntimeClass of the real node's Ascend runtime stand-in (localplane.realnode): the
+# device policy lets only pods that ask for vNPUs name it.
+ASCEND_RUNTIME_CLASS = "ascend"
+
 # The CN of the operator's client certificate on the local plane.
 OPERATOR_USER = "vnpu-operator"
 # ... and of the agents': the allocation policy lets only the two and the garbage
@@ -66,6 +70,8 @@ def render(helm: str, home: Path) -> str:
             f"fullnameOverride={RELEASE}",
             "--set",
             f"protection.operatorUsername={OPERATOR_USER}",
+            "--set",
+            f"runtimeClassName={ASCEND_RUNTIME_CLASS}",
             "--set",
             f"protection.agentUsernames={{{AGENT_USER}}}",
         ],

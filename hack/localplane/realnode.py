@@ -33,7 +33,7 @@ from typing import IO, Any
 
 import yaml
 
-from localplane import ociimage
+from localplane import ociimage, policies
 from localplane.nodes import node_ready
 from localplane.plane import REPO_ROOT, LocalPlane, PlaneError, run_build_script
 from localplane.waiting import wait_for
@@ -60,7 +60,7 @@ TEST_IMAGE = f"{IMAGE_REPO}/busybox:1"
 # The Ascend Docker Runtime stand-in (ascend_runtime.py), a containerd runtime
 # handler selected by this RuntimeClass, which the plane gets with the node.
 ASCEND_RUNTIME = Path(__file__).with_name("ascend_runtime.py")
-ASCEND_HANDLER = "ascend"
+ASCEND_HANDLER = policies.ASCEND_RUNTIME_CLASS
 ASCEND_RUNTIME_CLASS: dict[str, Any] = {
     "apiVersion": "node.k8s.io/v1",
     "kind": "RuntimeClass",

@@ -52,7 +52,7 @@ class VNPURequest:
 class ContainerRef:
     """A container of a pod and where it sits, for JSON Patch paths."""
 
-    field: str  # "containers" or "initContainers"
+    field: str  # "containers", "initContainers" or "ephemeralContainers"
     index: int
     name: str
 

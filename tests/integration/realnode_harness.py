@@ -3,12 +3,20 @@ busybox pods that ask for vNPUs, and what their containers see."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+from operator_harness import purge_foreign, vnpu_pods
+
+from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess
 from localplane.plane import LocalPlane
 from localplane.pods import vnpu_pod
+from localplane.policies import ASCEND_RUNTIME_CLASS
 from localplane.realnode import TEST_IMAGE, RealNode, RealNodeError
 from localplane.waiting import wait_for
 from vnpu_common import names
@@ -39,6 +47,56 @@ def start_real_node(plane: LocalPlane) -> RealNode:
             continue
         print(f"[realnode] timings: {node.timings}")
         return node
+
+
+@contextlib.contextmanager
+def serving_vnpus(
+    plane: LocalPlane, real_node: RealNode, workdir: Path, chips: str = "910B3=1"
+) -> Iterator[RealNode]:
+    """The operator (webhook applying RuntimeClass `ascend`) and a sim agent
+    serving the real node, its chips (`sim.vnpu.io/chips` syntax) from the node
+    annotation and a device node per vNPU in the node's device dir. On exit every
+    vNPU pod is deleted and waited for, then both processes stop."""
+    if plane.kubectl("get", "namespace", AGENT_NAMESPACE, check=False).returncode != 0:
+        plane.kubectl("create", "namespace", AGENT_NAMESPACE)
+    plane.kubectl("annotate", "node", real_node.name, f"{names.ANN_SIM_CHIPS}={chips}",
+                  "--overwrite")  # fmt: skip
+    # A control device the real runtime adds when the host has it.
+    real_node.add_davinci_manager()
+    purge_foreign(plane, [real_node.name])
+    agent = AgentProcess(
+        plane, workdir / "agent", [real_node.name],
+        extra=[f"--sim-device-dir={real_node.device_dir}"],
+    )  # fmt: skip
+    operator = OperatorProcess(
+        plane, workdir / "operator", extra=[f"--runtime-class-name={ASCEND_RUNTIME_CLASS}"]
+    )
+    agent.start()
+    wait_for("VNPUNode published", lambda: plane.get_json("vnpunode", real_node.name), 30)
+    operator.start()
+    try:
+        yield real_node
+    finally:
+        try:
+            for pod in vnpu_pods(plane):
+                meta = pod["metadata"]
+                plane.kubectl(
+                    "delete", "pod", "-n", meta["namespace"], meta["name"], "--wait=false",
+                    check=False,
+                )  # fmt: skip
+            wait_for("vNPU pods gone", lambda: not vnpu_pods(plane), 60)
+        finally:
+            operator.kill(signal.SIGTERM)
+            agent.kill(signal.SIGTERM)
+            for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+                plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, check=False)
+            plane.kubectl("delete", "vnpunode", real_node.name, "--wait=false", check=False)
+            plane.kubectl(
+                "delete", "lease", "-n", AGENT_NAMESPACE, names.lease_name(real_node.name),
+                check=False,
+            )  # fmt: skip
+            plane.kubectl("annotate", "node", real_node.name, f"{names.ANN_SIM_CHIPS}-",
+                          check=False)  # fmt: skip
 
 
 def running(plane: LocalPlane, namespace: str, name: str, timeout: float = 60) -> dict[str, Any]:

@@ -303,10 +303,14 @@ def test_mutation_adds_gate_finalizer_and_env_to_selected_containers(
     main_env = env_by_name(by_name["main"])
     assert main_env.get(names.ENV_VISIBLE_DEVICES) == want_visible
     assert main_env.get(names.ENV_RUNTIME_OPTIONS) == want_runtime
+    # Left out, the others get an empty device list: their image or an envFrom source
+    # could otherwise name any vNPU of the node.
     for excluded in ("init", "side"):
         env = env_by_name(by_name[excluded])
-        assert names.ENV_VISIBLE_DEVICES not in env, by_name[excluded]
-        assert names.ENV_RUNTIME_OPTIONS not in env, by_name[excluded]
+        assert env.get(names.ENV_VISIBLE_DEVICES) == {"name": names.ENV_VISIBLE_DEVICES}, env
+        assert env.get(names.ENV_RUNTIME_OPTIONS) == want_runtime
+    for c in containers + list(by_name.values()):
+        assert env_by_name(c).get(names.ENV_VNPU_SPECS) == {"name": names.ENV_VNPU_SPECS}, c
 
     # Not asking for vNPUs: untouched, scheduled as usual.
     plain_pod = running_pod(plane, namespace, "plain")

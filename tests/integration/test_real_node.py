@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import signal
 import socket
 import ssl
 import threading
@@ -23,15 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_harness import purge_foreign, vnpu_pods
 from realnode_harness import (
     check_devices,
     exec_in,
     running,
+    serving_vnpus,
     vnpu_busybox_pod,
 )
 
-from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess
 from localplane.plane import LocalPlane, free_port
 from localplane.realnode import (
     BRIDGE,
@@ -277,49 +275,8 @@ def test_a_second_real_node_is_refused(plane: LocalPlane, real_node: RealNode) -
 def vnpu_stack(
     plane: LocalPlane, real_node: RealNode, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RealNode]:
-    """The operator (webhook applying RuntimeClass `ascend`) and a sim agent
-    serving the real node, its chips from the node annotation and a device
-    node per vNPU in the node's device dir."""
-    workdir = Path(tmp_path_factory.mktemp("vnpu-stack"))
-    if plane.kubectl("get", "namespace", AGENT_NAMESPACE, check=False).returncode != 0:
-        plane.kubectl("create", "namespace", AGENT_NAMESPACE)
-    plane.kubectl(
-        "annotate", "node", real_node.name, f"{names.ANN_SIM_CHIPS}=910B3=1", "--overwrite"
-    )
-    # A control device the real runtime adds when the host has it.
-    real_node.add_davinci_manager()
-    purge_foreign(plane, [real_node.name])
-    agent = AgentProcess(
-        plane, workdir / "agent", [real_node.name],
-        extra=[f"--sim-device-dir={real_node.device_dir}"],
-    )  # fmt: skip
-    operator = OperatorProcess(plane, workdir / "operator", extra=["--runtime-class-name=ascend"])
-    agent.start()
-    wait_for("VNPUNode published", lambda: plane.get_json("vnpunode", real_node.name), 30)
-    operator.start()
-    try:
+    with serving_vnpus(plane, real_node, Path(tmp_path_factory.mktemp("vnpu-stack"))):
         yield real_node
-    finally:
-        try:
-            for pod in vnpu_pods(plane):
-                meta = pod["metadata"]
-                plane.kubectl(
-                    "delete", "pod", "-n", meta["namespace"], meta["name"], "--wait=false",
-                    check=False,
-                )  # fmt: skip
-            wait_for("vNPU pods gone", lambda: not vnpu_pods(plane), 60)
-        finally:
-            operator.kill(signal.SIGTERM)
-            agent.kill(signal.SIGTERM)
-            for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
-                plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, check=False)
-            plane.kubectl("delete", "vnpunode", real_node.name, "--wait=false", check=False)
-            plane.kubectl(
-                "delete", "lease", "-n", AGENT_NAMESPACE, names.lease_name(real_node.name),
-                check=False,
-            )  # fmt: skip
-            plane.kubectl("annotate", "node", real_node.name, f"{names.ANN_SIM_CHIPS}-",
-                          check=False)  # fmt: skip
 
 
 def test_vnpu_pods_see_exactly_their_devices_and_keep_them_across_a_restart(

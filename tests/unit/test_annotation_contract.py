@@ -277,7 +277,10 @@ def given_vnpus(pod: dict[str, Any]) -> set[str]:
     return {
         container["name"]
         for container in spec.get("initContainers", []) + spec["containers"]
-        if any(e.get("name") == names.ENV_VISIBLE_DEVICES for e in container.get("env", []))
+        if any(
+            e.get("name") == names.ENV_VISIBLE_DEVICES and "valueFrom" in e
+            for e in container.get("env", [])
+        )
     }
 
 

@@ -33,6 +33,9 @@ WebhookTarget = str | ServiceRef
 
 def mutating_webhook_configuration(target: WebhookTarget, ca_pem: bytes | None) -> dict[str, Any]:
     webhook = _webhook(names.WEBHOOK_MUTATE_NAME, target, names.WEBHOOK_MUTATE_PATH, ca_pem)
+    # kubectl debug adds containers through this subresource: theirs is an empty device
+    # list, set here, or their image or envFrom could name any vNPU of the node.
+    webhook["rules"].append(_rule("UPDATE", "pods/ephemeralcontainers"))
     # Another webhook changing the pod after us (e.g. its env) gets us called again.
     webhook["reinvocationPolicy"] = "IfNeeded"
     return _configuration("MutatingWebhookConfiguration", webhook)
@@ -92,15 +95,7 @@ def _webhook(name: str, target: WebhookTarget, path: str, ca_pem: bytes | None) 
     return {
         "name": name,
         "clientConfig": client_config(target, path, ca_pem),
-        "rules": [
-            {
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["pods"],
-                "scope": "Namespaced",
-            }
-        ],
+        "rules": [_rule("CREATE", "pods")],
         "matchConditions": [{"name": "requests-vnpu", "expression": MATCH_EXPRESSION}],
         "matchPolicy": "Equivalent",
         # Pods that ask for vNPUs must not slip through without gate and finalizer.
@@ -108,6 +103,16 @@ def _webhook(name: str, target: WebhookTarget, path: str, ca_pem: bytes | None) 
         "sideEffects": "None",
         "timeoutSeconds": TIMEOUT_SECONDS,
         "admissionReviewVersions": ["v1"],
+    }
+
+
+def _rule(operation: str, resource: str) -> dict[str, Any]:
+    return {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": [operation],
+        "resources": [resource],
+        "scope": "Namespaced",
     }
 
 

@@ -40,6 +40,27 @@ def runtime_options_env() -> dict[str, Any]:
     return {"name": names.ENV_RUNTIME_OPTIONS, "value": names.RUNTIME_OPTIONS_VIRTUAL}
 
 
+def no_devices_env() -> dict[str, Any]:
+    """A container that has no vNPU: the runtime mounts none, whatever its image or an
+    envFrom source says (an explicit entry beats both)."""
+    return {"name": names.ENV_VISIBLE_DEVICES, "value": ""}
+
+
+def no_vnpu_specs_env() -> dict[str, Any]:
+    """The runtime's own vNPU creation switched off: a vNPU it made would be behind the
+    ledger. Its CDI mode tries the create before it looks at VIRTUAL, so VIRTUAL alone
+    does not stop it."""
+    return {"name": names.ENV_VNPU_SPECS, "value": ""}
+
+
+def device_env(with_vnpus: bool) -> list[dict[str, Any]]:
+    """The entries that make the container's device list the operator's alone:
+    the Ascend runtime reads the container's final environment, where an explicit
+    env entry beats the image's ENV and any envFrom key of the same name."""
+    visible = visible_devices_env() if with_vnpus else no_devices_env()
+    return [visible, runtime_options_env(), no_vnpu_specs_env()]
+
+
 def mutate_pod(
     pod: Mapping[str, Any], runtime_class_name: str = "", charge: Charge | None = None
 ) -> list[JsonPatchOp]:
@@ -77,9 +98,12 @@ def mutate_pod(
         names.POD_FINALIZER,
         lambda item: item == names.POD_FINALIZER,
     )
-    for ref in _selected(pod, request.containers):
+    # Every container, not only those vnpu.io/containers names: a left-out one gets an
+    # empty device list, or its image or envFrom could name any vNPU on the node.
+    chosen = set(_selected(pod, request.containers))
+    for ref in pod_containers(pod):
         container = spec[ref.field][ref.index]
-        ops += _env_ops(ref, container.get("env"))
+        ops += _env_ops(ref, container.get("env"), device_env(ref in chosen))
     if charge is not None:
         ops += _charge_ops(pod, _charged(pod, request.containers), charge)
     if runtime_class_name and not spec.get("runtimeClassName"):
@@ -177,9 +201,30 @@ def _section_ops(
     return ops
 
 
-def _env_ops(ref: ContainerRef, env: object) -> list[JsonPatchOp]:
+def mutate_ephemeral(pod: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[JsonPatchOp]:
+    """Ops giving each ephemeral container added by this pods/ephemeralcontainers
+    update an empty device list (a debug container has no vNPU of its own); the ones
+    `old` already has are immutable and were covered when added."""
+    if not requests_vnpus(pod):
+        return []
+    spec = pod.get("spec")
+    items = spec.get("ephemeralContainers") if isinstance(spec, dict) else None
+    if not isinstance(items, list):
+        return []
+    old_spec = (old or {}).get("spec")
+    old_items = old_spec.get("ephemeralContainers") if isinstance(old_spec, dict) else None
+    known = {c.get("name") for c in old_items or [] if isinstance(c, dict)}
+    ops: list[JsonPatchOp] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("name") in known:
+            continue
+        ref = ContainerRef("ephemeralContainers", index, str(item.get("name")))
+        ops += _env_ops(ref, item.get("env"), device_env(False))
+    return ops
+
+
+def _env_ops(ref: ContainerRef, env: object, wanted: list[dict[str, Any]]) -> list[JsonPatchOp]:
     base = ("spec", ref.field, ref.index, "env")
-    wanted = [visible_devices_env(), runtime_options_env()]
     if env is None:
         return [{"op": "add", "path": json_pointer(*base), "value": wanted}]
     if not isinstance(env, list):

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from vnpu_common import names
 from vnpu_operator.admission.charges import Charge, charge_for
-from vnpu_operator.admission.mutation import JsonPatchOp, mutate_pod
+from vnpu_operator.admission.mutation import JsonPatchOp, mutate_ephemeral, mutate_pod
 from vnpu_operator.admission.offered import OfferedTemplates
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.validation import validate_pod
@@ -161,6 +161,7 @@ class ReviewRequest:
     kind: str
     sub_resource: str
     obj: Any
+    old: Any = None
 
 
 Decide = Callable[[Mapping[str, Any], OfferedTemplates | None, str, OverQuota], Decision]
@@ -180,14 +181,16 @@ class _Hooks:
         self._metrics = metrics
 
     async def mutate(self, request: web.Request) -> web.Response:
-        return await self._measured("mutate", request, decide_mutation)
+        return await self._measured("mutate", request, decide_mutation, mutates=True)
 
     async def validate(self, request: web.Request) -> web.Response:
-        return await self._measured("validate", request, decide_validation)
+        return await self._measured("validate", request, decide_validation, mutates=False)
 
-    async def _measured(self, webhook: str, request: web.Request, decide: Decide) -> web.Response:
+    async def _measured(
+        self, webhook: str, request: web.Request, decide: Decide, *, mutates: bool
+    ) -> web.Response:
         start = time.perf_counter()
-        response, outcome, reason = await self._handle(request, decide)
+        response, outcome, reason = await self._handle(request, decide, mutates)
         if self._metrics is not None:
             self._metrics.admission_duration.labels(webhook).observe(time.perf_counter() - start)
             self._metrics.admission_requests.labels(webhook, outcome).inc()
@@ -195,7 +198,9 @@ class _Hooks:
                 self._metrics.admission_denials.labels(webhook, reason).inc()
         return response
 
-    async def _handle(self, request: web.Request, decide: Decide) -> tuple[web.Response, str, str]:
+    async def _handle(
+        self, request: web.Request, decide: Decide, mutates: bool
+    ) -> tuple[web.Response, str, str]:
         """The answer, its outcome (allowed, denied, bad-request, error) and
         the denial's reason code."""
         try:
@@ -203,7 +208,7 @@ class _Hooks:
         except BadReviewError as exc:
             return web.Response(status=400, text=f"bad AdmissionReview: {exc}\n"), "bad-request", ""
         try:
-            decision = self._decide(review, decide)
+            decision = self._decide(review, decide, mutates)
         except Exception:
             log.exception("admission of review %s failed", review.uid)
             error = web.Response(status=500, text="internal error; see the vnpu-operator log\n")
@@ -223,8 +228,16 @@ class _Hooks:
             return answer, "denied", decision.reason or "other"
         return answer, "allowed", ""
 
-    def _decide(self, review: ReviewRequest, decide: Decide) -> Decision:
-        # Only pod creation is ours; anything else the configuration let through
+    def _decide(self, review: ReviewRequest, decide: Decide, mutates: bool) -> Decision:
+        if (
+            mutates
+            and review.kind == "Pod"
+            and review.operation == "UPDATE"
+            and review.sub_resource == "ephemeralcontainers"
+        ):
+            # kubectl debug on a vNPU pod: the new container's device list is ours too.
+            return Decision(allowed=True, patch=mutate_ephemeral(review.obj, review.old))
+        # Only pod creation is ours otherwise; anything else the configuration let through
         # by mistake passes untouched rather than failing closed on foreign objects.
         if review.operation != "CREATE" or review.kind != "Pod" or review.sub_resource:
             return Decision(allowed=True)
@@ -274,9 +287,15 @@ def parse_review(body: bytes) -> ReviewRequest:
     obj = req.get("object")
     if operation == "CREATE" and not isinstance(obj, dict):
         raise BadReviewError("request.object of a CREATE is not an object")
+    if operation == "UPDATE" and not isinstance(obj, dict):
+        raise BadReviewError("request.object of an UPDATE is not an object")
     namespace = req.get("namespace")
     namespace = namespace if isinstance(namespace, str) else ""
-    return ReviewRequest(uid, namespace, operation, kind["kind"], sub_resource, obj)
+    old = req.get("oldObject")
+    return ReviewRequest(
+        uid, namespace, operation, kind["kind"], sub_resource, obj,
+        old if isinstance(old, dict) else None,
+    )  # fmt: skip
 
 
 def review_response(uid: str, decision: Decision) -> dict[str, Any]:

@@ -46,7 +46,14 @@ def test_mutating_configuration_with_service() -> None:
                 "operations": ["CREATE"],
                 "resources": ["pods"],
                 "scope": "Namespaced",
-            }
+            },
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["UPDATE"],
+                "resources": ["pods/ephemeralcontainers"],
+                "scope": "Namespaced",
+            },
         ],
         "matchConditions": [
             {

@@ -16,6 +16,9 @@ from vnpu_common.patches import json_pointer
 from vnpu_operator.admission import AdmissionError, AnnotationError, mutate_pod
 from vnpu_operator.admission.mutation import (
     VISIBLE_DEVICES_FIELD_PATH,
+    mutate_ephemeral,
+    no_devices_env,
+    no_vnpu_specs_env,
     runtime_options_env,
     visible_devices_env,
 )
@@ -24,6 +27,10 @@ PodFactory = Callable[..., dict[str, Any]]
 
 VISIBLE = visible_devices_env()
 RUNTIME = runtime_options_env()
+NO_SPECS = no_vnpu_specs_env()
+# What every container of a vNPU pod ends with: its vNPUs, or none.
+OURS = [VISIBLE, RUNTIME, NO_SPECS]
+NONE = [no_devices_env(), RUNTIME, NO_SPECS]
 
 
 def _apply(pod: dict[str, Any]) -> dict[str, Any]:
@@ -51,6 +58,8 @@ def test_env_values_are_what_the_ascend_runtime_reads() -> None:
         },
     }
     assert RUNTIME == {"name": "ASCEND_RUNTIME_OPTIONS", "value": "VIRTUAL"}
+    assert NO_SPECS == {"name": "ASCEND_VNPU_SPECS", "value": ""}
+    assert NONE[0] == {"name": "ASCEND_VISIBLE_DEVICES", "value": ""}
     assert f"metadata.annotations['{names.ANN_VISIBLE_DEVICES}']" == VISIBLE_DEVICES_FIELD_PATH
 
 
@@ -67,7 +76,7 @@ def test_plain_pod_gets_gate_finalizer_and_env(make_pod: PodFactory) -> None:
         {"op": "add", "path": "/metadata/labels", "value": {"vnpu.io/managed": "true"}},
         {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": "vnpu.io/allocation"}]},
         {"op": "add", "path": "/metadata/finalizers", "value": ["vnpu.io/release"]},
-        {"op": "add", "path": "/spec/containers/0/env", "value": [VISIBLE, RUNTIME]},
+        {"op": "add", "path": "/spec/containers/0/env", "value": OURS},
     ]
     patched = _apply(pod)
     assert patched["spec"]["schedulingGates"] == [{"name": names.SCHEDULING_GATE}]
@@ -88,7 +97,7 @@ def test_existing_gates_finalizers_and_env_are_kept(make_pod: PodFactory) -> Non
         {"name": names.SCHEDULING_GATE},
     ]
     assert patched["metadata"]["finalizers"] == ["other.io/keep", names.POD_FINALIZER]
-    assert _env(patched, "containers", 0) == [{"name": "HOME", "value": "/root"}, VISIBLE, RUNTIME]
+    assert _env(patched, "containers", 0) == [{"name": "HOME", "value": "/root"}, *OURS]
 
 
 def test_already_gated_pod_gets_no_second_gate(make_pod: PodFactory) -> None:
@@ -108,13 +117,13 @@ def test_null_lists_are_created(make_pod: PodFactory) -> None:
     pod["metadata"]["finalizers"] = None
     patched = _apply(pod)
     assert patched["spec"]["schedulingGates"] == [{"name": names.SCHEDULING_GATE}]
-    assert _env(patched, "containers", 0) == [VISIBLE, RUNTIME]
+    assert _env(patched, "containers", 0) == OURS
 
 
 def test_init_containers_get_env_by_default(make_pod: PodFactory) -> None:
     patched = _apply(make_pod(containers=["a", "b"], init_containers=["setup"]))
     for field, index in [("initContainers", 0), ("containers", 0), ("containers", 1)]:
-        assert _env(patched, field, index) == [VISIBLE, RUNTIME]
+        assert _env(patched, field, index) == OURS
 
 
 def test_only_named_containers_get_env(make_pod: PodFactory) -> None:
@@ -124,10 +133,11 @@ def test_only_named_containers_get_env(make_pod: PodFactory) -> None:
         init_containers=["setup", "fetch"],
     )
     patched = _apply(pod)
-    assert _env(patched, "containers", 1) == [VISIBLE, RUNTIME]
-    assert _env(patched, "initContainers", 0) == [VISIBLE, RUNTIME]
-    assert _env(patched, "containers", 0) == []
-    assert _env(patched, "initContainers", 1) == []
+    assert _env(patched, "containers", 1) == OURS
+    assert _env(patched, "initContainers", 0) == OURS
+    # Left out, not left alone: an empty device list, or their image could name any.
+    assert _env(patched, "containers", 0) == NONE
+    assert _env(patched, "initContainers", 1) == NONE
 
 
 def test_user_values_of_system_env_are_replaced(make_pod: PodFactory) -> None:
@@ -140,8 +150,11 @@ def test_user_values_of_system_env_are_replaced(make_pod: PodFactory) -> None:
     assert mutate_pod(pod)[3:] == [
         {"op": "replace", "path": "/spec/containers/0/env/2", "value": VISIBLE},
         {"op": "replace", "path": "/spec/containers/0/env/0", "value": RUNTIME},
+        {"op": "add", "path": "/spec/containers/0/env/-", "value": NO_SPECS},
     ]
-    assert _env(_apply(pod), "containers", 0) == [RUNTIME, {"name": "KEEP", "value": "1"}, VISIBLE]
+    assert _env(_apply(pod), "containers", 0) == [
+        RUNTIME, {"name": "KEEP", "value": "1"}, VISIBLE, NO_SPECS,
+    ]  # fmt: skip
 
 
 def test_duplicate_system_env_entries_are_removed(make_pod: PodFactory) -> None:
@@ -154,7 +167,9 @@ def test_duplicate_system_env_entries_are_removed(make_pod: PodFactory) -> None:
         {"name": "ASCEND_RUNTIME_OPTIONS", "value": "VIRTUAL"},
     ]
     pod = make_pod(containers=[{"name": "app", "env": env}])
-    assert _env(_apply(pod), "containers", 0) == [VISIBLE, {"name": "A", "value": "a"}, RUNTIME]
+    assert _env(_apply(pod), "containers", 0) == [
+        VISIBLE, {"name": "A", "value": "a"}, RUNTIME, NO_SPECS,
+    ]  # fmt: skip
 
 
 def test_defaulted_field_ref_counts_as_ours(make_pod: PodFactory) -> None:
@@ -166,7 +181,7 @@ def test_defaulted_field_ref_counts_as_ours(make_pod: PodFactory) -> None:
         "valueFrom": {"fieldRef": {"fieldPath": VISIBLE_DEVICES_FIELD_PATH}},
     }
     pod = make_pod(
-        containers=[{"name": "app", "env": [visible, RUNTIME]}],
+        containers=[{"name": "app", "env": [visible, RUNTIME, {"name": "ASCEND_VNPU_SPECS"}]}],
         schedulingGates=[{"name": names.SCHEDULING_GATE}],
     )
     pod["metadata"]["finalizers"] = [names.POD_FINALIZER]
@@ -241,3 +256,35 @@ def test_runtime_class_named_by_the_pod_is_kept(make_pod: PodFactory) -> None:
 def test_no_runtime_class_without_the_setting_or_a_vnpu_request(make_pod: PodFactory) -> None:
     assert not [op for op in mutate_pod(make_pod()) if "runtimeClassName" in op["path"]]
     assert mutate_pod(make_pod(template=None), "ascend") == []
+
+
+def test_a_tenants_vnpu_specs_is_emptied_in_every_container(make_pod: PodFactory) -> None:
+    specs = {"name": "ASCEND_VNPU_SPECS", "value": "vir05_1c_16g"}
+    pod = make_pod(
+        {names.ANN_CONTAINERS: "app"},
+        containers=[{"name": "app", "env": [specs]}, {"name": "side", "env": [specs, specs]}],
+    )
+    patched = _apply(pod)
+    assert _env(patched, "containers", 0) == [NO_SPECS, VISIBLE, RUNTIME]
+    assert _env(patched, "containers", 1) == [NO_SPECS, *NONE[:2]]
+
+
+def test_ephemeral_containers_added_later_get_no_devices(make_pod: PodFactory) -> None:
+    pod = _apply(make_pod())
+    debug = {"name": "debug", "image": "busybox", "env": [{"name": "ASCEND_VISIBLE_DEVICES",
+                                                          "value": "101"}]}  # fmt: skip
+    earlier = {"name": "earlier", "image": "busybox"}
+    old = copy.deepcopy(pod)
+    old["spec"]["ephemeralContainers"] = [earlier]
+    new = copy.deepcopy(old)
+    new["spec"]["ephemeralContainers"].append(debug)
+    ops = mutate_ephemeral(new, old)
+    # The earlier one is immutable now: only the new one is touched.
+    assert {op["path"].split("/")[3] for op in ops} == {"1"}
+    patched: dict[str, Any] = jsonpatch.apply_patch(new, ops)
+    assert _env(patched, "ephemeralContainers", 1) == NONE
+    assert mutate_ephemeral(patched, old) == []
+    # A pod that asks for no vNPUs is not ours to change.
+    plain = make_pod(template=None)
+    plain["spec"]["ephemeralContainers"] = [debug]
+    assert mutate_ephemeral(plain, None) == []
