@@ -27,8 +27,9 @@ class User:
     namespace: str
 
     def kubectl(self, *args: str, input: str | None = None) -> tuple[int, str]:
+        # The namespace first: after a `--` it would be the command's argument.
         r = self.plane.kubectl(
-            *args, "-n", self.namespace, check=False, input=input, kubeconfig=self.kubeconfig
+            "-n", self.namespace, *args, check=False, input=input, kubeconfig=self.kubeconfig
         )
         return r.returncode, r.stdout + r.stderr
 

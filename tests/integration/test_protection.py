@@ -460,7 +460,7 @@ def test_no_route_hands_one_vnpu_to_two_pods(
     docs/HELM.md says). The tenant is refused; after the admin's way, the vNPU's id stays
     booked until the vNPU is destroyed, and the next pod gets another one."""
     ns = namespace
-    sim = stack.sim(NODE)
+    sim = stack.agent.sim(NODE)
     create_as(tenant, vnpu_pod("holder", ns, template=TEMPLATE))
     holder = running(plane, ns, "holder")
     (alloc,) = pod_allocations(plane, ns, holder["metadata"]["uid"])
@@ -572,18 +572,18 @@ def test_no_pod_names_vnpu_devices_but_through_the_operator(
             from_annotation,
         ),
     )
-    # A vNPU pod: the container its request leaves out may not name devices itself.
-    create_refused(
-        DEVICE_ENV,
-        with_env(
-            vnpu_pod("p5", ns, template=TEMPLATE, containers=["main", "side"],
-                     annotations={names.ANN_CONTAINERS: "main"}),
-            1,
-            literal,
-        ),
-    )  # fmt: skip
-    for name in ("p1", "p2", "p3", "p4", "p5"):
+    for name in ("p1", "p2", "p3", "p4"):
         assert get_json(plane, "pod", "-n", ns, name) is None, name
+    # A vNPU pod: the container its request leaves out names no device either; the
+    # system owns the variable there too, so the webhook empties it.
+    left_out = vnpu_pod("p5", ns, template=TEMPLATE, containers=["main", "side"],
+                        annotations={names.ANN_CONTAINERS: "main"})  # fmt: skip
+    create_as(tenant, with_env(left_out, 1, literal))
+    side = pod_of(plane, ns, "p5")["spec"]["containers"][1]
+    assert [e for e in side["env"] if e["name"] == names.ENV_VISIBLE_DEVICES] == [
+        {"name": names.ENV_VISIBLE_DEVICES}
+    ]
+    tenant.ok("delete", "pod", "p5", "--wait=false")
 
     # A plain pod that reads the annotation (empty) is fine; adding the annotation later
     # would hand its next container start the victim's vNPU.
@@ -609,12 +609,19 @@ def test_no_pod_names_vnpu_devices_but_through_the_operator(
         path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/ephemeralcontainers"
         return tenant.kubectl("replace", "--raw", path, "-f", "-", input=json.dumps(body))
 
-    for target in (reader, pod_of(plane, ns, "victim")):
-        for env in (literal, from_label):
-            rc, out = debug(target, env)
-            assert rc != 0, out
-            assert DEVICE_ENV in out, out
-            assert ONLY_OPERATOR in out, out
+    for env in (literal, from_label):
+        rc, out = debug(reader, env)
+        assert rc != 0, out
+        assert DEVICE_ENV in out, out
+        assert ONLY_OPERATOR in out, out
+    # On a vNPU pod the webhook owns the variable in a new ephemeral container too: its
+    # value, whatever the tenant wrote, is the empty list.
+    rc, out = debug(pod_of(plane, ns, "victim"), literal)
+    assert rc == 0, out
+    (debugger,) = pod_of(plane, ns, "victim")["spec"]["ephemeralContainers"]
+    assert {e["name"]: e for e in debugger["env"]}[names.ENV_VISIBLE_DEVICES] == {
+        "name": names.ENV_VISIBLE_DEVICES
+    }
     rc, out = debug(pod_of(plane, ns, "reader"), [{"name": "HARMLESS", "value": "1"}])
     assert rc == 0, out
     # A pod an exempt admin made with a literal value (say, to try a runtime by hand)
