@@ -1223,6 +1223,15 @@ def test_only_admins_cordon_chips(
     status, body = user.request("PATCH", f"{nodes}/{NODE_B}", cordon, MERGE)
     assert status == 403, body
 
+    # A namespace user reads its own namespace's allocations (tenantRead: aggregated into
+    # view, edit and admin), no other namespace's, and writes none of them.
+    own = f"/apis/{names.API_VERSION}/namespaces/{namespace}/{names.ALLOCATION_PLURAL}"
+    wait_for("the aggregated read to reach admin", lambda: user.request("GET", own)[0] == 200)
+    status, body = user.request("GET", f"/apis/{names.API_VERSION}/{names.ALLOCATION_PLURAL}")
+    assert status == 403, body
+    status, body = user.request("DELETE", own)
+    assert status == 403, body
+
     # The admin cordons with a plain patch, and kubectl get shows it.
     admin_cordon = {"spec": {"cordonedChips": [{"chip": 1, "reason": "ECC errors"}]}}
     plane.kubectl(
