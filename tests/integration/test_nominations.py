@@ -5,7 +5,7 @@ scheduler: one node of one 910B3 chip (four vNPUs of TEMPLATE), preemption on.
 A tenant with pods/status cannot nominate a node for its gated pod, nor write the
 operator's record of a claim (vnpu.io/nominated-node). A nomination an exempt admin
 writes on a gated pod is cleared by the operator, with preemption off and on, and the
-node's other pods run (the scheduler keeps a nominated pod's charge free on its node).
+node's other pods run (the scheduler counts a nominated pod's charge on its node).
 A forged nomination is never restored as a preemption claim across an operator restart:
 the capacity freed on the node goes to whoever fits, not to the pod that evicted nobody.
 
@@ -158,8 +158,8 @@ def test_an_exempt_admins_nomination_of_a_gated_pod_is_cleared_and_the_node_fill
         wait_for("nomination cleared", lambda: nominated(plane, namespace, "parked") == "",
                  timeout=30, interval=0.2)  # fmt: skip
         assert "was not written by the vnpu-operator; cleared" in stack.operator.log_tail()
-        # Four pods fill the node: the scheduler binds every one (with the
-        # parked pod's charge still counted there, it would not bind the fourth).
+        # Four pods fill the node: the scheduler binds every one (it counts a
+        # nominated pod's charge on that node, issue 33: not the parked pod's now).
         for i in range(4):
             create(plane, pod(namespace, f"fill{i}"))
         for i in range(4):
