@@ -53,6 +53,16 @@ def kube_version() -> str:
     raise RuntimeError(f"no K8S_VERSION in {VERSIONS}")
 
 
+def settings() -> list[str]:
+    """The chart values the plane's policies are rendered with: who the local operator
+    and agents are, and the real node's Ascend RuntimeClass."""
+    return [
+        "--set", f"protection.operatorUsername={OPERATOR_USER}",
+        "--set", f"runtimeClassName={ASCEND_RUNTIME_CLASS}",
+        "--set", f"protection.agentUsernames={{{AGENT_USER}}}",
+    ]  # fmt: skip
+
+
 def render(helm: str, home: Path) -> str:
     """The policy manifests, for the local operator's username. `home` keeps helm's
     cache and config (it writes there even for `template`)."""
@@ -68,12 +78,7 @@ def render(helm: str, home: Path) -> str:
             kube_version(),
             "--set",
             f"fullnameOverride={RELEASE}",
-            "--set",
-            f"protection.operatorUsername={OPERATOR_USER}",
-            "--set",
-            f"runtimeClassName={ASCEND_RUNTIME_CLASS}",
-            "--set",
-            f"protection.agentUsernames={{{AGENT_USER}}}",
+            *settings(),
         ],
         capture_output=True,
         text=True,

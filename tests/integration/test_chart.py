@@ -209,12 +209,14 @@ def test_webhook_configurations_match_what_the_operator_registers(plane: LocalPl
 
 PROTECTIONS = (
     "pod-protection", "device-protection", "binding-protection", "allocation-protection",
+    "nomination-protection",
 )  # fmt: skip
 
 
 def _protection(plane: LocalPlane, *values: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """The rendered admission policies and bindings of templates/protection.yaml."""
-    docs = render(plane, "--show-only", "templates/protection.yaml", *values)
+    """The rendered admission policies and bindings of templates/protection*.yaml."""
+    show = [arg for t in policies.templates() for arg in ("--show-only", t)]
+    docs = render(plane, *show, *values)
     return {(d["kind"], d["metadata"]["name"]): d for d in docs}
 
 
@@ -297,15 +299,16 @@ def test_protection_policies_name_the_release_operator_and_exempt_groups(
     allocations = docs[("ValidatingAdmissionPolicy", f"{RELEASE}-allocation-protection")]
     assert f"'{names.LABEL_NODE}'" in json.dumps(allocations["spec"])
     rules = allocations["spec"]["matchConstraints"]["resourceRules"]
-    assert [r["resources"] for r in rules] == [[names.ALLOCATION_PLURAL]]
+    # Status writes too: only the agents report a vNPU's state.
+    assert [r["resources"] for r in rules] == [
+        [names.ALLOCATION_PLURAL, f"{names.ALLOCATION_PLURAL}/status"]
+    ]
 
 
 def test_the_local_plane_runs_the_charts_protection_policies(plane: LocalPlane) -> None:
     """One source: what the local plane installs is the chart's template, rendered for the
     local operator's identity."""
-    docs = _protection(
-        plane, "--set", f"protection.operatorUsername={policies.OPERATOR_USER}",
-    )  # fmt: skip
+    docs = _protection(plane, *policies.settings())
     for what in PROTECTIONS:
         shipped = docs[("ValidatingAdmissionPolicy", f"{RELEASE}-{what}")]["spec"]
         local = get_json(plane, "validatingadmissionpolicy", f"{policies.RELEASE}-{what}")["spec"]
