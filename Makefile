@@ -53,9 +53,10 @@ chart-docs: $(STAMP) ## regenerate charts/vnpu-operator/README.md from its value
 	PYTHONPATH=hack $(PY) -m chartdocs charts/vnpu-operator
 
 .PHONY: lint
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff, then the import contracts of pyproject.toml (import-linter)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	PYTHONPATH=common:operator:node_agent:cli $(VENV)/bin/lint-imports --no-logo --no-cache
 
 .PHONY: fmt
 fmt: $(STAMP) ## format and autofix
