@@ -9,20 +9,35 @@ label for it) and a pod `namespace` and `pod` (kube-state-metrics')."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from vnpu_agent.drivers.base import VNPU, ChipInfo
 from vnpu_common import names
 from vnpu_common.metrics_registry import CHIP_LABELS, MIB, chip_gauge, component_registry
 
-if TYPE_CHECKING:
-    from vnpu_agent.node import NodeAgent
-
 PREFIX: Final = "vnpu_agent"
+
+
+class NodeState(Protocol):
+    """What the scrape-time collector reads of one node's agent (node.NodeAgent).
+    A protocol, not the class: the agent's modules import this one."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def chips(self) -> Sequence[ChipInfo]: ...
+    @property
+    def vnpus(self) -> Mapping[int, VNPU]: ...
+    @property
+    def owned(self) -> Container[int]: ...
+    @property
+    def allocs(self) -> Mapping[str, Mapping[str, Any]]: ...
+    def referenced_ids(self) -> set[int]: ...
 
 
 class AgentMetrics:
@@ -74,12 +89,12 @@ class AgentMetrics:
     def node_restored(self, node: str, what: str) -> None:
         self.node_restorations.labels(node, what).inc()
 
-    def watch(self, agents: Callable[[], Iterable[NodeAgent]]) -> None:
+    def watch(self, agents: Callable[[], Iterable[NodeState]]) -> None:
         self.registry.register(_StateCollector(agents))
 
 
 class _StateCollector(Collector):
-    def __init__(self, agents: Callable[[], Iterable[NodeAgent]]) -> None:
+    def __init__(self, agents: Callable[[], Iterable[NodeState]]) -> None:
         self._agents = agents
 
     def collect(self) -> Iterator[Metric]:
