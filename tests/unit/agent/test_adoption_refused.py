@@ -1,7 +1,7 @@
 """A new allocation is never handed a vNPU that is open, that another
 allocation still names (live, or being deleted with its destroy deferred), or
 that an allocation left behind when it went without its destroy
-(vnpu_agent.node.NodeAgent._held_elsewhere): the agent retries, then fails the
+(vnpu_agent.serving.AllocationServer._held_elsewhere): the agent retries, then fails the
 allocation with VNPUHeld so that the operator places the pod anew. Adopting a
 vNPU nothing holds (the agent crashed after creating it for this very
 allocation) still works."""

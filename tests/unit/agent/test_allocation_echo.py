@@ -1,6 +1,6 @@
 """The watch event that echoes the agent's own Ready write is not reconciled
 again; any other change of the allocation is, and its vNPU is then released
-as usual (vnpu_agent.node.NodeAgent.on_event)."""
+as usual (vnpu_agent.serving.AllocationServer.on_event)."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def allocation() -> dict[str, Any]:
 @pytest.fixture
 async def agent(new_agent: Callable[..., Awaitable[NodeAgent]]) -> NodeAgent:
     agent = await new_agent(ServerApi(allocation()), chips="910B3=1", interval=3600)
-    agent._started = True
+    agent.serving.start()  # no allocation yet: only marks it started
     return agent
 
 

@@ -1,7 +1,7 @@
 """A create refused for capacity that one of the agent's own vNPUs is about to
 free is retried, not failed: after a gap in the watch the agent can hear of a
 new allocation before it has released the one whose room it takes
-(vnpu_agent.node.NodeAgent._after_failed_create). Its notion of a live vNPU is
+(vnpu_agent.serving.AllocationServer._after_failed_create). Its notion of a live vNPU is
 the release's, which leaves a vNPU a live allocation names."""
 
 from __future__ import annotations
@@ -106,4 +106,4 @@ async def test_a_vnpu_a_live_allocation_also_names_is_not_destroyed(
     await full_chip.reconcile("team-a/a0")
     assert api.finalizers_removed == ["a0"]
     assert 100 in {v.id for v in full_chip.driver.list_vnpus(0)}
-    assert not full_chip._being_freed(0)  # vNPU 100 is twin's now
+    assert not full_chip.serving._being_freed(0)  # vNPU 100 is twin's now

@@ -48,10 +48,10 @@ async def reread_with(agent_call: str, new_agent: NewAgent, tmp_path: Path) -> s
     await asyncio.to_thread(sim.listing_chip0.wait, 5)
     # Queued on the driver lock behind the listing of chip 0: runs before chip 1's.
     if agent_call == "destroy":
-        await agent._drv("destroy", sim.destroy_vnpu, 0, 100)
+        await agent.view.call("destroy", sim.destroy_vnpu, 0, 100)
         agent.vnpus.pop(100, None)  # as the release does, right after the call
     else:
-        vnpu = await agent._drv("create", sim.create_vnpu, 0, TEMPLATE, 101)
+        vnpu = await agent.view.call("create", sim.create_vnpu, 0, TEMPLATE, 101)
         agent.vnpus[vnpu.id] = vnpu  # as the create does
     await resync
     assert agent.driver_ok

@@ -2,7 +2,7 @@
 changed is only what the allocations already say (vNPUs they own added, the
 free figures those move); anything else (a vNPU gone, one nobody owns,
 health), or a node that wrote nothing for that long, is written at the
-minimum interval as before (NodeAgent._only_restated, inventory.only_restates)."""
+minimum interval as before (publisher.NodePublisher._only_restated, inventory.only_restates)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def sim(tmp_path: Path) -> SimDriver:
 async def agent(new_agent: Callable[..., Awaitable[NodeAgent]], sim: SimDriver) -> NodeAgent:
     agent = await new_agent(Api(), driver=sim, interval=0, settle=SETTLE)
     agent.clock = Clock()
-    agent._started = True
+    agent.serving.start()  # no allocation yet: only marks it started
     await agent.publish()
     assert cast(Api, agent.api).writes == 1
     return agent
@@ -75,7 +75,7 @@ async def until(cond: Callable[[], bool]) -> None:
 
 def put_off(agent: NodeAgent) -> bool:
     """A write is scheduled, and not before 10 s from now."""
-    pending = agent._publish_pending
+    pending = agent.publisher._pending
     return pending is not None and pending.when() - asyncio.get_running_loop().time() > 10
 
 
@@ -90,18 +90,18 @@ async def test_a_busy_node_writes_its_own_vnpus_once_the_settle_interval_passed(
     assert [v.id for v in agent.driver.list_vnpus(0)] == [100]
     # Created, and the write put off to the settle interval's end.
     assert api.writes == 1
-    pending = agent._publish_pending
+    pending = agent.publisher._pending
     assert pending is not None
     assert pending.when() - asyncio.get_running_loop().time() == pytest.approx(SETTLE - 2, abs=1)
 
     await agent.on_event("ADDED", allocation("p2-0", 101))
     await agent.queue.idle()
     await asyncio.sleep(0.2)
-    assert agent._publish_pending is pending
+    assert agent.publisher._pending is pending
     assert api.writes == 1
 
     pending.cancel()
-    agent._publish_pending = None
+    agent.publisher._pending = None
     clock.now += SETTLE
     await agent.publish()
     # One write tells both.
@@ -235,7 +235,7 @@ async def test_the_finalizer_goes_after_a_write_that_began_before_the_destroy(
 ) -> None:
     api = SlowApi()
     agent = await new_agent(api, driver=sim, interval=0, settle=0)
-    agent._started = True
+    agent.serving.start()  # no allocation yet: only marks it started
     obj = allocation("p1-0", 100)
     await agent.on_event("ADDED", copy.deepcopy(obj))
     await agent.queue.idle()
@@ -244,7 +244,7 @@ async def test_the_finalizer_goes_after_a_write_that_began_before_the_destroy(
     # A write begins while the vNPU exists, and is slow to land.
     api.blocking = True
     api.order.clear()
-    agent._force_publish = True
+    agent.publisher._force = True
     write = asyncio.create_task(agent.publish())
     await until(lambda: api.order == ["write started"])
     obj["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
@@ -260,6 +260,6 @@ async def test_the_finalizer_goes_after_a_write_that_began_before_the_destroy(
     # The stale write (it still lists vNPU 100) landed before the finalizer
     # went, so the allocation's deletion is newer than any listing of 100.
     assert api.order[:3] == ["write started", ("write landed", [100]), "finalizer removed"]
-    pending = agent._publish_pending
+    pending = agent.publisher._pending
     if pending is not None:
         pending.cancel()

@@ -16,7 +16,7 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_agent import mirror as mirror_module
-from vnpu_agent import node as node_module
+from vnpu_agent import publisher as publisher_module
 from vnpu_agent.node import NodeAgent
 from vnpu_common import names
 from vnpu_common.backoff import Backoff
@@ -81,7 +81,7 @@ async def agent(
     api: RecordingApi,
     monkeypatch: pytest.MonkeyPatch,
 ) -> NodeAgent:
-    monkeypatch.setattr(node_module, "RESTORE_SETTLE_SECONDS", SETTLE)
+    monkeypatch.setattr(publisher_module, "RESTORE_SETTLE_SECONDS", SETTLE)
     return await new_agent(api)
 
 
@@ -187,7 +187,7 @@ async def test_without_its_echo_a_difference_is_restored_after_the_bound(
 async def test_a_write_that_failed_is_written_again_and_its_echo_restores_nothing(
     agent: NodeAgent, api: RecordingApi, caplog: pytest.LogCaptureFixture
 ) -> None:
-    agent._publish_backoff = Backoff(base=SETTLE, cap=SETTLE)
+    agent.publisher._backoff = Backoff(base=SETTLE, cap=SETTLE)
     await agent.publish()
     await agent.on_node_event("MODIFIED", served(api))
     agent.driver_ok = False
