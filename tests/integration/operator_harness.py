@@ -36,6 +36,16 @@ def vnpu_pods(plane: LocalPlane) -> list[dict[str, Any]]:
     ]
 
 
+def delete_vnpu_pods(plane: LocalPlane, timeout: float = 60) -> None:
+    """Deletes every vNPU pod and waits until they are gone: their releases need the
+    operator and the agents still running."""
+    for pod in vnpu_pods(plane):
+        meta = pod["metadata"]
+        plane.kubectl("delete", "pod", "-n", meta["namespace"], meta["name"], "--wait=false",
+                      check=False)  # fmt: skip
+    wait_for("vNPU pods gone", lambda: not vnpu_pods(plane), timeout=timeout)
+
+
 def purge_foreign(plane: LocalPlane, ours: list[str] | tuple[str, ...]) -> None:
     """Earlier test modules may leave VNPUNodes, agent Leases and allocations
     of nodes nobody serves any more; an operator would place pods there.
@@ -134,13 +144,7 @@ class Stack:
                 self.operator.start()
             if self.agent.proc is None:
                 self.agent.start()
-            for pod in vnpu_pods(self.plane):
-                meta = pod["metadata"]
-                self.plane.kubectl(
-                    "delete", "pod", "-n", meta["namespace"], meta["name"], "--wait=false",
-                    check=False,
-                )  # fmt: skip
-            wait_for("vNPU pods gone", lambda: not vnpu_pods(self.plane), timeout=60)
+            delete_vnpu_pods(self.plane)
         finally:
             self.operator.kill(signal.SIGTERM)
             self.agent.kill(signal.SIGTERM)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from operator_harness import purge_foreign, vnpu_pods
+from operator_harness import delete_vnpu_pods, purge_foreign
 
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess
 from localplane.plane import LocalPlane
@@ -78,13 +78,7 @@ def serving_vnpus(
         yield real_node
     finally:
         try:
-            for pod in vnpu_pods(plane):
-                meta = pod["metadata"]
-                plane.kubectl(
-                    "delete", "pod", "-n", meta["namespace"], meta["name"], "--wait=false",
-                    check=False,
-                )  # fmt: skip
-            wait_for("vNPU pods gone", lambda: not vnpu_pods(plane), 60)
+            delete_vnpu_pods(plane)
         finally:
             operator.kill(signal.SIGTERM)
             agent.kill(signal.SIGTERM)

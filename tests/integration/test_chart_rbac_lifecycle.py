@@ -24,10 +24,10 @@ import yaml
 from chart_harness import CHART, RELEASE, adopt_crds, helm
 from operator_harness import (
     audit_since,
+    delete_vnpu_pods,
     get_json,
     pod_allocations,
     purge_foreign,
-    vnpu_pods,
 )
 
 from localplane import LocalPlane, NodeSpec
@@ -153,13 +153,7 @@ def release(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iter
             )
             if alive:
                 # A failed test may leave vNPU pods: released while both components run.
-                for pod in vnpu_pods(plane):
-                    meta = pod["metadata"]
-                    plane.kubectl(
-                        "delete", "pod", "-n", meta["namespace"], meta["name"], "--wait=false",
-                        check=False,
-                    )  # fmt: skip
-                wait_for("vNPU pods gone", lambda: not vnpu_pods(plane), timeout=90)
+                delete_vnpu_pods(plane, timeout=90)
         finally:
             if rel is not None:
                 rel.stop()

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from operator_harness import Stack, get_json, pod_allocations
+from tenant_harness import ONLY_OPERATOR, User, make_tenant
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import vnpu_ids
@@ -38,7 +38,6 @@ pytestmark = pytest.mark.plane
 NODE = "pr-a"
 TEMPLATE = "vir05_1c_16g"
 BIG = "vir10_3c_32g"  # 2 per 910B3 chip: 8 of them never fit on pr-a
-ONLY_OPERATOR = "only the vnpu-operator may"
 REQUEST_KEYS = (names.ANN_TEMPLATE, names.ANN_COUNT, names.ANN_CHIP_MODEL, names.ANN_CONTAINERS)
 
 
@@ -62,41 +61,6 @@ def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         s.close()
 
 
-@dataclass
-class User:
-    """Someone with a kubeconfig of their own."""
-
-    plane: LocalPlane
-    kubeconfig: Path
-    namespace: str
-
-    def kubectl(self, *args: str, input: str | None = None) -> tuple[int, str]:
-        r = self.plane.kubectl(
-            *args, "-n", self.namespace, check=False, input=input, kubeconfig=self.kubeconfig
-        )
-        return r.returncode, r.stdout + r.stderr
-
-    def ok(self, *args: str, input: str | None = None) -> None:
-        rc, out = self.kubectl(*args, input=input)
-        assert rc == 0, f"kubectl {' '.join(args)}: {out}"
-
-    def denied(self, why: str, *args: str, input: str | None = None) -> str:
-        """The write is refused, saying `why`; returns what kubectl said."""
-        rc, out = self.kubectl(*args, input=input)
-        assert rc != 0, f"kubectl {' '.join(args)} was accepted"
-        assert why in out, out
-        return out
-
-    def refused(self, field: str, *args: str, input: str | None = None) -> None:
-        """The write is refused by the pod protection policy, naming `field`."""
-        out = self.denied(field, *args, input=input)
-        assert ONLY_OPERATOR in out, out
-        assert "ValidatingAdmissionPolicy" in out, out
-
-    def patch(self, pod: str, kind: str, patch: Any, *extra: str) -> tuple[str, ...]:
-        return ("patch", "pod", pod, f"--type={kind}", "-p", json.dumps(patch), *extra)
-
-
 @pytest.fixture
 def tenant(plane: LocalPlane, namespace: str, tmp_path: Path) -> User:
     rights = [
@@ -105,31 +69,14 @@ def tenant(plane: LocalPlane, namespace: str, tmp_path: Path) -> User:
             ["pods"],
             ["get", "list", "watch", "create", "update", "patch", "delete"],
         ),
-        # More than an ordinary tenant gets: the subresources that can change metadata.
         ([""], ["pods/status"], ["get", "update", "patch"]),
         ([""], ["pods/binding", "bindings"], ["create"]),
         ([""], ["pods/ephemeralcontainers"], ["get", "update", "patch"]),
         ([names.GROUP], [names.ALLOCATION_PLURAL], ["get", "list", "create", "update", "patch"]),
     ]
-    plane.kubectl("create", "serviceaccount", "tenant", "-n", namespace)
-    plane.apply(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "tenant", "namespace": namespace},
-            "rules": [{"apiGroups": g, "resources": r, "verbs": v} for g, r, v in rights],
-        }
-    )
-    plane.kubectl(
-        "create", "rolebinding", "tenant", "-n", namespace, "--role=tenant",
-        f"--serviceaccount={namespace}:tenant",
-    )  # fmt: skip
-    kubeconfig = plane.token_kubeconfig(tmp_path / "tenant.kubeconfig", "tenant", namespace)
-    user = User(plane, kubeconfig, namespace)
-    rc, out = user.kubectl("auth", "can-i", "patch", "pods")
-    assert rc == 0, out
-    assert out.strip() == "yes", out
-    return user
+    # The namespace's `edit` rights, and more than an ordinary tenant gets: the
+    # subresources that can change metadata, and allocations.
+    return make_tenant(plane, namespace, tmp_path / "tenant.kubeconfig", rights)
 
 
 @pytest.fixture
