@@ -17,6 +17,7 @@ from vnpu_common import __version__, eventloop, memory, names
 from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.http import serve_http
 from vnpu_common.logs import configure_logging
+from vnpu_operator.admission.server import WebhookServer
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.controller import Controller
 from vnpu_operator.convergence import for_controller
@@ -30,7 +31,6 @@ from vnpu_operator.watches import (
     pod_informer,
     vnpunode_informer,
 )
-from vnpu_operator.webhook_server import WebhookServer
 
 log = logging.getLogger("vnpu_operator")
 

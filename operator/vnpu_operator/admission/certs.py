@@ -3,7 +3,7 @@
 `SelfSigned` makes a CA and a leaf in memory and renews each at a fraction of its
 lifetime; `CertDir` reads tls.crt, tls.key and ca.crt from a directory (a mounted
 Secret, e.g. cert-manager's) and notices when they are replaced. Both hand out
-`Material`; the server (webhook_server.py) decides when to register a CA bundle and
+`Material`; the server (admission/server.py) decides when to register a CA bundle and
 when to start serving a new certificate.
 """
 

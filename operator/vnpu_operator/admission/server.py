@@ -33,12 +33,7 @@ from vnpu_operator.admission import (
     mutating_webhook_configuration,
     validating_webhook_configuration,
 )
-from vnpu_operator.admission.configurations import WebhookTarget, keep_ca_bundles
-from vnpu_operator.admission.quotas import QuotaBook
-from vnpu_operator.admission.webhook import OfferedSource, create_app
-from vnpu_operator.config import OperatorSettings
-from vnpu_operator.metrics import OperatorMetrics
-from vnpu_operator.webhook_certs import (
+from vnpu_operator.admission.certs import (
     CertDir,
     CertError,
     Material,
@@ -47,8 +42,14 @@ from vnpu_operator.webhook_certs import (
     handover,
     load,
 )
+from vnpu_operator.admission.configurations import WebhookTarget, keep_ca_bundles
+from vnpu_operator.admission.quotas import QuotaBook
+from vnpu_operator.admission.webhook import OfferedSource, create_app
+from vnpu_operator.config import OperatorSettings
+from vnpu_operator.metrics import OperatorMetrics
 
-log = logging.getLogger(__name__)
+# The logger keeps its name from before the move into admission/: log lines read as before.
+log = logging.getLogger("vnpu_operator.webhook_server")
 
 # After a new CA bundle is registered and before a certificate of the new CA is served:
 # API servers see configuration changes through a watch, a moment later.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from vnpu_operator.admission.server import parse_service, webhook_target
 from vnpu_operator.config import parse_args
 from vnpu_operator.placement import Policy
-from vnpu_operator.webhook_server import parse_service, webhook_target
 
 
 def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:

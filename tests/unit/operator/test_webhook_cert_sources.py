@@ -14,10 +14,7 @@ from cryptography import x509
 
 from vnpu_common import certs
 from vnpu_operator.admission import ServiceRef, mutating_webhook_configuration
-from vnpu_operator.admission.configurations import keep_ca_bundles
-from vnpu_operator.admission.quotas import QuotaBook
-from vnpu_operator.config import parse_args
-from vnpu_operator.webhook_certs import (
+from vnpu_operator.admission.certs import (
     CertDir,
     CertError,
     Material,
@@ -27,7 +24,10 @@ from vnpu_operator.webhook_certs import (
     handover,
     load,
 )
-from vnpu_operator.webhook_server import WebhookServer
+from vnpu_operator.admission.configurations import keep_ca_bundles
+from vnpu_operator.admission.quotas import QuotaBook
+from vnpu_operator.admission.server import WebhookServer
+from vnpu_operator.config import parse_args
 
 T0 = 1_800_000_000.0
 
