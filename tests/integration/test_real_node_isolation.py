@@ -265,12 +265,10 @@ def test_ephemeral_containers_get_no_vnpu(
     nothing_behind_the_ledger(plane, node)
 
 
-def test_vnpu_specs_never_reaches_the_runtime(
-    plane: LocalPlane, node: RealNode, tenant: User
-) -> None:
-    """ASCEND_VNPU_SPECS in a plain pod's own env is refused; in a vNPU pod the webhook
-    owns it and writes it empty, so the runtime creates nothing (the image and envFrom
-    routes: the tests above)."""
+def test_no_pod_may_set_vnpu_specs(plane: LocalPlane, node: RealNode, tenant: User) -> None:
+    """ASCEND_VNPU_SPECS in a pod's own env is refused: by the device policy in a plain
+    pod, by the webhook in a vNPU pod (the image and envFrom routes, which admission
+    cannot see, are emptied by the webhook: the tests above)."""
     specs = [{"name": names.ENV_VNPU_SPECS, "value": TEMPLATE}]
     plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "specs"},
              "spec": {"containers": [box("main", env=specs)]}}  # fmt: skip
@@ -279,9 +277,11 @@ def test_vnpu_specs_never_reaches_the_runtime(
         input=json.dumps(plain),
     )  # fmt: skip
     assert "ValidatingAdmissionPolicy" in out, out
-    tenant.apply(attacker("specs", tenant.namespace, [box("main", env=specs)]))
-    running(plane, tenant.namespace, "specs")
-    assert seen(plane, tenant.namespace, "specs", "main") == own(plane, tenant.namespace, "specs")
+    out = tenant.denied(
+        f"spec.containers[0].env {names.ENV_VNPU_SPECS}: no pod may set it", "create", "-f",
+        "-", input=json.dumps(attacker("specs", tenant.namespace, [box("main", env=specs)])),
+    )  # fmt: skip
+    assert names.WEBHOOK_MUTATE_NAME in out, out
     nothing_behind_the_ledger(plane, node)
 
 

@@ -229,6 +229,19 @@ def _env_ops(ref: ContainerRef, env: object, wanted: list[dict[str, Any]]) -> li
         return [{"op": "add", "path": json_pointer(*base), "value": wanted}]
     if not isinstance(env, list):
         raise AdmissionError([f"spec.{ref.field}[{ref.index}].env is not a list"])
+    for entry in env:
+        if (
+            isinstance(entry, dict)
+            and entry.get("name") == names.ENV_VNPU_SPECS
+            and (entry.get("value") or entry.get("valueFrom"))
+        ):
+            # Refused, not emptied: whoever wrote it expects a vNPU the runtime makes,
+            # which would be behind the ledger (the device policy says the same).
+            raise AdmissionError([
+                f"spec.{ref.field}[{ref.index}].env {names.ENV_VNPU_SPECS}: no pod may set "
+                "it; it makes the Ascend runtime create a vNPU of its own, behind the "
+                "vnpu-operator's ledger (ask for vNPUs with the vnpu.io/template annotation)"
+            ])  # fmt: skip
 
     # The system owns these variables: a user-set value is replaced, and later
     # duplicates (the kubelet lets the last one win) are removed.

@@ -236,7 +236,10 @@ class _Hooks:
             and review.sub_resource == "ephemeralcontainers"
         ):
             # kubectl debug on a vNPU pod: the new container's device list is ours too.
-            return Decision(allowed=True, patch=mutate_ephemeral(review.obj, review.old))
+            try:
+                return Decision(allowed=True, patch=mutate_ephemeral(review.obj, review.old))
+            except AdmissionError as exc:
+                return Decision(allowed=False, problems=list(exc.problems), reason=DENIED_INVALID)
         # Only pod creation is ours otherwise; anything else the configuration let through
         # by mistake passes untouched rather than failing closed on foreign objects.
         if review.operation != "CREATE" or review.kind != "Pod" or review.sub_resource:

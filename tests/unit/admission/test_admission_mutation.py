@@ -258,15 +258,19 @@ def test_no_runtime_class_without_the_setting_or_a_vnpu_request(make_pod: PodFac
     assert mutate_pod(make_pod(template=None), "ascend") == []
 
 
-def test_a_tenants_vnpu_specs_is_emptied_in_every_container(make_pod: PodFactory) -> None:
+@pytest.mark.parametrize("field", ["containers", "initContainers"])
+def test_a_vnpu_specs_of_the_pods_own_is_refused_in_any_container(
+    make_pod: PodFactory, field: str
+) -> None:
     specs = {"name": "ASCEND_VNPU_SPECS", "value": "vir05_1c_16g"}
-    pod = make_pod(
-        {names.ANN_CONTAINERS: "app"},
-        containers=[{"name": "app", "env": [specs]}, {"name": "side", "env": [specs, specs]}],
-    )
-    patched = _apply(pod)
-    assert _env(patched, "containers", 0) == [NO_SPECS, VISIBLE, RUNTIME]
-    assert _env(patched, "containers", 1) == [NO_SPECS, *NONE[:2]]
+    pod = make_pod({names.ANN_CONTAINERS: "app"}, containers=["app"],
+                   init_containers=["setup"])  # fmt: skip
+    pod["spec"][field][0]["env"] = [specs]
+    with pytest.raises(AdmissionError, match=rf"spec\.{field}\[0\]\.env ASCEND_VNPU_SPECS: no pod"):
+        mutate_pod(pod)
+    # Our own entry, empty, passes (the API server reinvokes the webhook on its result).
+    pod["spec"][field][0]["env"] = [NO_SPECS]
+    assert _apply(pod)
 
 
 def test_ephemeral_containers_added_later_get_no_devices(make_pod: PodFactory) -> None:
@@ -288,3 +292,7 @@ def test_ephemeral_containers_added_later_get_no_devices(make_pod: PodFactory) -
     plain = make_pod(template=None)
     plain["spec"]["ephemeralContainers"] = [debug]
     assert mutate_ephemeral(plain, None) == []
+    # One asking the runtime for a vNPU of its own is refused.
+    specs = {**earlier, "name": "specs", "env": [{"name": "ASCEND_VNPU_SPECS", "value": "x"}]}
+    with pytest.raises(AdmissionError, match="ephemeralContainers"):
+        mutate_ephemeral({**new, "spec": {**new["spec"], "ephemeralContainers": [specs]}}, old)

@@ -260,3 +260,33 @@ async def test_runtime_class_setting_reaches_both_webhooks(
         response = await _post(client, names.WEBHOOK_VALIDATE_PATH, _review(patched))
         assert response["allowed"] is False
         assert "/spec/runtimeClassName" in response["status"]["message"]
+
+
+async def test_an_ephemeral_container_of_a_vnpu_pod_gets_no_devices_over_http(
+    client: TestClient[Any, Any], make_pod: PodFactory
+) -> None:
+    """kubectl debug: an UPDATE of pods/ephemeralcontainers reaches the mutating webhook,
+    which writes the empty device list into the new container only, and refuses one
+    asking the runtime for a vNPU of its own; the validating webhook lets it pass."""
+    old = make_pod()
+    old["spec"]["ephemeralContainers"] = [{"name": "before", "image": "busybox"}]
+    new = json.loads(json.dumps(old))
+    new["spec"]["ephemeralContainers"].append({"name": "debug", "image": "busybox"})
+    review = _review(new, operation="UPDATE")
+    review["request"]["subResource"] = "ephemeralcontainers"
+    review["request"]["oldObject"] = old
+    response = await _post(client, names.WEBHOOK_MUTATE_PATH, review)
+    assert response["allowed"] is True
+    patched = jsonpatch.apply_patch(new, _patch(response))
+    before, debug = patched["spec"]["ephemeralContainers"]
+    assert "env" not in before
+    assert {e["name"]: e.get("value") for e in debug["env"]} == {
+        names.ENV_VISIBLE_DEVICES: "", names.ENV_RUNTIME_OPTIONS: "VIRTUAL",
+        names.ENV_VNPU_SPECS: "",
+    }  # fmt: skip
+    assert (await _post(client, names.WEBHOOK_VALIDATE_PATH, review))["allowed"] is True
+
+    new["spec"]["ephemeralContainers"][1]["env"] = [{"name": names.ENV_VNPU_SPECS, "value": "x"}]
+    response = await _post(client, names.WEBHOOK_MUTATE_PATH, review)
+    assert response["allowed"] is False
+    assert "ASCEND_VNPU_SPECS: no pod may set it" in response["status"]["message"]
