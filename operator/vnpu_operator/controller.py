@@ -50,16 +50,16 @@ from vnpu_operator.lifecycle import (
 )
 from vnpu_operator.metrics import OperatorMetrics, StateView, WaitingPod
 from vnpu_operator.notices import Notices
-from vnpu_operator.pinning import PinningError, pin_patch
 from vnpu_operator.placement import (
     Allocation,
     InvalidAllocationError,
     Ledger,
 )
-from vnpu_operator.placing import Placer
 from vnpu_operator.podstate import Expectations, PodState, Write
-from vnpu_operator.preempting import Preemption
 from vnpu_operator.slim import resource_version, slim_pod
+from vnpu_operator.steps.pin import Pinner
+from vnpu_operator.steps.place import Placer
+from vnpu_operator.steps.preempt import Preemption
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,10 @@ class Controller:
         self.placer = Placer(
             api, self.notices, self.ledger, self.expect, settings, metrics, self.preemption,
             stopped_waiting=self._stop_waiting,
+        )  # fmt: skip
+        self.pinner = Pinner(
+            api, self.notices, self.ledger, self.expect, metrics,
+            labels=self.inventories.labels, clock=clock,
         )  # fmt: skip
         self._offered: tuple[int, OfferedTemplates] | None = None
         self._waiting_kick: asyncio.Handle | None = None
@@ -470,7 +474,7 @@ class Controller:
                         pod, state, existing=self.allocs_by_pod.get(uid, set()), cached=self.allocs
                     )
             case StepKind.PIN:
-                await self._pin(uid, pod, state, step)
+                await self.pinner.pin(uid, pod, state, step)
             case StepKind.RETRY:
                 await self._retry(pod, state, step)
             case StepKind.GIVE_UP:
@@ -565,41 +569,6 @@ class Controller:
             return False
         state.vanished.clear()
         return True
-
-    async def _pin(self, uid: str, pod: Raw, state: PodState, step: Step) -> None:
-        if self.expect.pending(Write.UNGATE, uid):
-            return  # patched already; the cache has not seen the ungated pod yet
-        allocs = [self.ledger.allocation(k) for k in step.keys]
-        ids = [a.vnpu_id for a in allocs if a is not None]
-        node = step.node
-        try:
-            ops = pin_patch(pod, node, self.inventories.labels(node), ids)
-        except PinningError as exc:
-            await self.notices.tell(
-                pod, state, names.REASON_PINNING_FAILED, str(exc), condition=True, warning=True
-            )
-            return
-        meta = pod["metadata"]
-        try:
-            await self.api.patch_pod(meta["namespace"], meta["name"], ops)
-        except ApiException as exc:
-            if exc.status in (404, 409, 422):
-                # The pod changed under us (a newer version is on its way to
-                # the cache) or is gone; the next event reconciles again.
-                log.info(
-                    "pod %s: pin patch refused (%s); waiting for a newer pod",
-                    key_of(pod),
-                    exc.status,
-                )
-                return
-            raise
-        self.expect.sent(Write.UNGATE, uid)
-        # Losses told before are of earlier placements' allocations.
-        state.vanished.clear()
-        state.lost_told.clear()
-        self.metrics.allocation_latency.observe(self.clock() - state.seen_at)
-        templates = sorted({a.template for a in allocs if a is not None})
-        await self.notices.ready(pod, state, ids, templates, node)
 
     async def _retry(self, pod: Raw, state: PodState, step: Step) -> None:
         state.attempts += 1

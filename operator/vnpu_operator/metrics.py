@@ -83,7 +83,7 @@ class OperatorMetrics:
             ["node"],
             registry=self.registry,
         )
-        # Written by preempting.Preemption (only with --preemption).
+        # Written by steps.preempt.Preemption (only with --preemption).
         self.preemption_attempts = Counter(
             f"{PREFIX}_preemption_attempts_total",
             "Preemptions tried for a waiting vNPU pod, by result (evicted: victims "

@@ -29,7 +29,7 @@ POD_SPEC_READ = (
     "preemptionPolicy",
 )
 # What it reads of a pod's status: the phase, and the node a preempting pod
-# waits on (vnpu_operator.preempting), which survives an operator restart there.
+# waits on (vnpu_operator.steps.preempt), which survives an operator restart there.
 POD_STATUS_READ = ("phase", "nominatedNodeName")
 
 

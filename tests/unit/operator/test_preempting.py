@@ -17,7 +17,7 @@ from vnpu_operator.controller import Controller
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.placement import Reason
-from vnpu_operator.preempting import foreign_nomination, restorable_claim
+from vnpu_operator.steps.preempt import foreign_nomination, restorable_claim
 
 BUDGET = "Cannot evict pod as it would violate the pod's disruption budget"
 

@@ -29,9 +29,10 @@ from vnpu_operator.placement import (
 )
 from vnpu_operator.placement.nofit_memo import NoFitMemo
 from vnpu_operator.podstate import Expectations, PodState, Write
-from vnpu_operator.preempting import Preemption
+from vnpu_operator.steps.preempt import Preemption
 
-log = logging.getLogger(__name__)
+# The logger keeps its name from before the move into steps/: log lines read as before.
+log = logging.getLogger("vnpu_operator.placing")
 
 Raw = dict[str, Any]
 

@@ -36,7 +36,8 @@ from vnpu_operator.placement.ledger import Nomination
 from vnpu_operator.placement.preemption import Candidate, Plan, plan, worth_trying
 from vnpu_operator.podstate import PodState
 
-log = logging.getLogger(__name__)
+# The logger keeps its name from before the move into steps/: log lines read as before.
+log = logging.getLogger("vnpu_operator.preempting")
 
 Raw = dict[str, Any]
 

@@ -1,0 +1,83 @@
+"""The PIN step: once every allocation of a pod is Ready, the one patch that
+pins it to its node, publishes its device ids and removes our scheduling
+gate (the patch itself is `pinning.pin_patch`'s), then the pod is told."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from vnpu_common import names
+from vnpu_common.informer import key_of
+from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.lifecycle import Step
+from vnpu_operator.metrics import OperatorMetrics
+from vnpu_operator.notices import Notices
+from vnpu_operator.pinning import PinningError, pin_patch
+from vnpu_operator.placement import Ledger
+from vnpu_operator.podstate import Expectations, PodState, Write
+
+# The logger keeps the name it had in the controller: log lines read as before.
+log = logging.getLogger("vnpu_operator.controller")
+
+Raw = dict[str, Any]
+
+
+class Pinner:
+    def __init__(
+        self,
+        api: OperatorApi,
+        notices: Notices,
+        ledger: Ledger,
+        expect: Expectations,
+        metrics: OperatorMetrics,
+        *,
+        labels: Callable[[str], Mapping[str, str]],
+        clock: Callable[[], float],
+    ) -> None:
+        """`labels(node)`: the node's labels as cached (inventories)."""
+        self.api = api
+        self.notices = notices
+        self.ledger = ledger
+        self.expect = expect
+        self.metrics = metrics
+        self.labels = labels
+        self.clock = clock
+
+    async def pin(self, uid: str, pod: Raw, state: PodState, step: Step) -> None:
+        if self.expect.pending(Write.UNGATE, uid):
+            return  # patched already; the cache has not seen the ungated pod yet
+        allocs = [self.ledger.allocation(k) for k in step.keys]
+        ids = [a.vnpu_id for a in allocs if a is not None]
+        node = step.node
+        try:
+            ops = pin_patch(pod, node, self.labels(node), ids)
+        except PinningError as exc:
+            await self.notices.tell(
+                pod, state, names.REASON_PINNING_FAILED, str(exc), condition=True, warning=True
+            )
+            return
+        meta = pod["metadata"]
+        try:
+            await self.api.patch_pod(meta["namespace"], meta["name"], ops)
+        except ApiException as exc:
+            if exc.status in (404, 409, 422):
+                # The pod changed under us (a newer version is on its way to
+                # the cache) or is gone; the next event reconciles again.
+                log.info(
+                    "pod %s: pin patch refused (%s); waiting for a newer pod",
+                    key_of(pod),
+                    exc.status,
+                )
+                return
+            raise
+        self.expect.sent(Write.UNGATE, uid)
+        # Losses told before are of earlier placements' allocations.
+        state.vanished.clear()
+        state.lost_told.clear()
+        self.metrics.allocation_latency.observe(self.clock() - state.seen_at)
+        templates = sorted({a.template for a in allocs if a is not None})
+        await self.notices.ready(pod, state, ids, templates, node)
