@@ -69,7 +69,7 @@ class Advertiser:
         ledger: Ledger,
         nodes: Mapping[str, Mapping[str, Any]],
         *,
-        ready: Callable[[], bool],
+        ready: Callable[[], bool] = lambda: False,
         retry_max_seconds: float,
     ) -> None:
         """`nodes`: the operator's slim Node copies (slim_node keeps our

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine, Hashable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -48,7 +48,7 @@ from vnpu_operator.lifecycle import (
     requested_count,
     unservable,
 )
-from vnpu_operator.metrics import OperatorMetrics, StateView, WaitingPod
+from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.notices import Notices
 from vnpu_operator.placement import (
     Allocation,
@@ -60,6 +60,7 @@ from vnpu_operator.slim import resource_version, slim_pod
 from vnpu_operator.steps.pin import Pinner
 from vnpu_operator.steps.place import Placer
 from vnpu_operator.steps.preempt import Preemption
+from vnpu_operator.waiting import WaitingLine
 
 log = logging.getLogger(__name__)
 
@@ -92,30 +93,43 @@ class Controller:
         settings: OperatorSettings,
         metrics: OperatorMetrics,
         *,
+        ledger: Ledger,
+        notices: Notices,
+        expect: Expectations,
+        inventories: Inventories,
+        advertiser: Advertiser,
+        quotas: QuotaBook,
+        waiting_line: WaitingLine,
+        preemption: Preemption,
+        placer: Placer,
+        pinner: Pinner,
+        pods: dict[str, Raw],
+        allocs: dict[str, Raw],
+        states: dict[str, PodState],
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ) -> None:
+        """Built by wiring.build_controller. `pods`, `allocs`: the caches,
+        slim copies of what the watches deliver (by UID, by key); `states`:
+        what the operator remembers of each pod; `quotas`: the namespaces'
+        vNPU quotas, for the webhook's refusals."""
         self.api = api
-        self.notices = Notices(api)
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
-        self.ledger = Ledger()
-        self.inventories = Inventories(
-            self.ledger,
-            settings,
-            grown=self.kick_waiting,
-            lost=self._node_lost,
-            refreshed=lambda name: self.advertiser.changed(name),
-            wall=wall,
-        )
-        self.advertiser = Advertiser(
-            api,
-            self.ledger,
-            self.inventories.nodes,
-            ready=lambda: self.synced,
-            retry_max_seconds=settings.retry_max_seconds,
-        )
+        self.ledger = ledger
+        self.notices = notices
+        self.expect = expect
+        self.inventories = inventories
+        self.advertiser = advertiser
+        self.quotas = quotas
+        self.waiting_line = waiting_line
+        self.preemption = preemption
+        self.placer = placer
+        self.pinner = pinner
+        self.pods = pods
+        self.allocs = allocs
+        self.states = states
+        self.allocs_by_pod: dict[str, set[str]] = {}
         self.queue = WorkQueue(
             self.reconcile,
             name="pod",
@@ -125,42 +139,8 @@ class Controller:
         )
         self.synced = False
         self._listed: set[str] = set()
-        # The namespaces' vNPU quotas, for the webhook's refusals.
-        self.quotas = QuotaBook()
-
-        # Caches: slim copies of what the watches deliver, by UID or name.
-        self.pods: dict[str, Raw] = {}
-        self.allocs: dict[str, Raw] = {}
-        self.allocs_by_pod: dict[str, set[str]] = {}
-
-        self.states: dict[str, PodState] = {}
-        self.expect = Expectations()
-        self.preemption = Preemption(
-            api, self.notices, self.ledger, settings, metrics,
-            pods=self.pods, allocs=self.allocs, kick=self.kick, grew=self.kick_waiting,
-            clock=clock,
-        )  # fmt: skip
-        self.placer = Placer(
-            api, self.notices, self.ledger, self.expect, settings, metrics, self.preemption,
-            stopped_waiting=self._stop_waiting,
-        )  # fmt: skip
-        self.pinner = Pinner(
-            api, self.notices, self.ledger, self.expect, metrics,
-            labels=self.inventories.labels, clock=clock,
-        )  # fmt: skip
         self._offered: tuple[int, OfferedTemplates] | None = None
-        self._waiting_kick: asyncio.Handle | None = None
         self._side_tasks: set[asyncio.Task[None]] = set()
-
-        metrics.watch(
-            StateView(
-                allocations=lambda: list(self.allocs.values()),
-                capacity=self.ledger.capacity,
-                waiting=self.waiting_pods,
-                live_nodes=self.inventories.live,
-                fragmentation=self.ledger.fragmentation,
-            )
-        )
 
     # ------------------------------------------------------------ reading
 
@@ -172,28 +152,10 @@ class Controller:
 
     def waiting(self) -> list[str]:
         """Pods waiting for capacity, oldest first."""
-        waiting = [(s.waiting_since, uid) for uid, s in self.states.items() if s.waiting_since]
-        return [uid for _, uid in sorted(waiting)]
+        return self.waiting_line.order()
 
-    def waiting_pods(self) -> list[WaitingPod]:
-        """The waiting pods as metrics name them (a pod the cache no longer
-        holds is about to be forgotten, and is left out)."""
-        now = self.clock()
-        out: list[WaitingPod] = []
-        for uid, state in self.states.items():
-            pod = self.pods.get(uid)
-            if state.waiting_since is None or pod is None:
-                continue
-            meta = pod.get("metadata") or {}
-            out.append(
-                WaitingPod(
-                    namespace=str(meta.get("namespace", "")),
-                    pod=str(meta.get("name", "")),
-                    reason=state.waiting_reason,
-                    waited_seconds=now - state.waiting_since,
-                )
-            )
-        return out
+    def is_synced(self) -> bool:
+        return self.synced
 
     def offered_templates(self) -> OfferedTemplates | None:
         """What the webhook checks requests against; None until synced (it
@@ -325,7 +287,7 @@ class Controller:
             and self.inventories.leases.live(str(spec.get("nodeName") or ""))
         )
 
-    def _node_lost(self, node: str, why: str) -> None:
+    def node_lost(self, node: str, why: str) -> None:
         """Allocations on a node that is gone or whose agent stopped renewing
         its Lease stay booked (their vNPUs may still exist); their pods hear
         about it."""
@@ -346,46 +308,10 @@ class Controller:
             self.queue.add(uid)
 
     def kick_waiting(self) -> None:
-        """Capacity may have grown: retry waiting pods, oldest first, once
-        per burst of changes."""
+        """Capacity may have grown: retry waiting pods (the waiting line's
+        turn), placements that found no fit forgotten."""
         self.placer.capacity_grew()
-        if self._waiting_kick is not None:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-
-        def go() -> None:
-            self._waiting_kick = None
-            self._kick_heads()
-
-        self._waiting_kick = loop.call_soon(go)
-
-    def _kick_heads(self, shapes: Collection[Hashable] | None = None) -> None:
-        """Retries the oldest waiting pod of each request shape (of `shapes`
-        only, if given) and every pod placed afresh each time. The others of
-        a shape would find what its oldest finds: a release at 1000 nodes
-        with 100 alike pods waiting retried all 100 for each of its 400
-        allocations, seconds of CPU before the one that fit was placed. The
-        next of a shape is retried when one stops waiting (`_stop_waiting`)."""
-        done: set[Hashable] = set()
-        for uid in self.waiting():
-            shape = self.states[uid].waiting_shape
-            if shape is None:
-                if shapes is None:
-                    self.kick(uid)
-            elif shape not in done and (shapes is None or shape in shapes):
-                done.add(shape)
-                self.kick(uid)
-
-    def _stop_waiting(self, state: PodState) -> None:
-        """The pod waits no more: booked (the capacity may hold the next
-        alike pod too), or deleted, ended, given up (it hands its turn on)."""
-        shape = state.waiting_shape
-        state.waiting_since, state.waiting_shape = None, None
-        if shape is not None:
-            self._kick_heads({shape})
+        self.waiting_line.retry()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         try:
@@ -402,7 +328,7 @@ class Controller:
             len(self.queue)
             or len(self.advertiser.queue)
             or self._side_tasks
-            or self._waiting_kick is not None
+            or self.waiting_line.pending
         ):
             await self.queue.idle()
             await self.advertiser.queue.idle()
@@ -459,7 +385,7 @@ class Controller:
                 await self.notices.hand_edit(pod, edit)
         if step.kind is not StepKind.PLACE:
             if state.waiting_since is not None:
-                self._stop_waiting(state)
+                self.waiting_line.stop(state)
             await self.preemption.release_claim(pod, state)
         match step.kind:
             case StepKind.RELEASE:
@@ -509,7 +435,7 @@ class Controller:
             state = self.states.pop(uid, None)
             self.queue.forget(uid)
             if state is not None and state.waiting_since is not None:
-                self._stop_waiting(state)
+                self.waiting_line.stop(state)
 
     def _node_gone(self, pod: Raw) -> bool:
         node = str((pod.get("spec") or {}).get("nodeName") or "")

@@ -28,8 +28,8 @@ class Inventories:
         ledger: Ledger,
         settings: OperatorSettings,
         *,
-        grown: Callable[[], None],
-        lost: Callable[[str, str], None],
+        grown: Callable[[], None] = lambda: None,
+        lost: Callable[[str, str], None] = lambda _node, _why: None,
         refreshed: Callable[[str], None] = lambda _name: None,
         wall: Callable[[], float] = time.time,
     ) -> None:

@@ -19,7 +19,6 @@ from vnpu_common.http import serve_http
 from vnpu_common.logs import configure_logging
 from vnpu_operator.admission.server import WebhookServer
 from vnpu_operator.config import OperatorSettings, parse_args
-from vnpu_operator.controller import Controller
 from vnpu_operator.convergence import for_controller
 from vnpu_operator.handlers import register
 from vnpu_operator.kubeapi import OperatorApi
@@ -31,6 +30,7 @@ from vnpu_operator.watches import (
     pod_informer,
     vnpunode_informer,
 )
+from vnpu_operator.wiring import build_controller
 
 log = logging.getLogger("vnpu_operator")
 
@@ -44,7 +44,7 @@ async def run(settings: OperatorSettings) -> None:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     api_client = new_api_client(f"{names.USER_AGENT_OPERATOR}/{__version__}")
     metrics = OperatorMetrics()
-    controller = Controller(OperatorApi(api_client, metrics.api_errors), settings, metrics)
+    controller = build_controller(OperatorApi(api_client, metrics.api_errors), settings, metrics)
     runner = await serve_http(
         settings.metrics_host,
         settings.metrics_port,

@@ -108,9 +108,9 @@ class Preemption:
         *,
         pods: Mapping[str, Raw],
         allocs: Mapping[str, Raw],
-        kick: Callable[[str], None],
-        grew: Callable[[], None],
         clock: Callable[[], float],
+        kick: Callable[[str], None] = lambda _uid: None,
+        grew: Callable[[], None] = lambda: None,
     ) -> None:
         """`pods`, `allocs`: the controller's caches (by uid, by key);
         `kick`: reconcile a pod; `grew`: capacity may have grown (a claim

@@ -20,13 +20,13 @@ from localplane.pods import vnpu_pod
 from vnpu_common import names
 from vnpu_common.api.models import VNPUNodeStatus
 from vnpu_operator.config import OperatorSettings
-from vnpu_operator.controller import Controller
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leases import parse_time
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.podstate import Write
 from vnpu_operator.slim import identity, slim_allocation
 from vnpu_operator.watches import last_known_allocation
+from vnpu_operator.wiring import build_controller
 
 NOW = 1_800_000_000.0
 
@@ -117,7 +117,7 @@ class World:
     def __init__(self, api: FakeApi | None = None, **settings: Any) -> None:
         self.api = api or FakeApi()
         self.now = NOW
-        self.controller = Controller(
+        self.controller = build_controller(
             cast(OperatorApi, self.api),
             OperatorSettings(**settings),
             OperatorMetrics(),

@@ -5,19 +5,19 @@ from __future__ import annotations
 import kopf
 
 from vnpu_operator.config import OperatorSettings
-from vnpu_operator.controller import Controller
 from vnpu_operator.convergence import Convergence
 from vnpu_operator.handlers import NoDiffBase, configure, register
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leases import LeasePoller
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.watches import managed_pod
+from vnpu_operator.wiring import build_controller
 
 
 def test_kopf_watches_only_quotas_with_an_event_handler_so_it_keeps_no_state() -> None:
     registry = kopf.OperatorRegistry()
     settings = OperatorSettings()
-    controller = Controller(OperatorApi.__new__(OperatorApi), settings, OperatorMetrics())
+    controller = build_controller(OperatorApi.__new__(OperatorApi), settings, OperatorMetrics())
     leases = LeasePoller.__new__(LeasePoller)
     register(registry, controller, settings, leases, Convergence.__new__(Convergence), [])
     # Change-detecting handlers would make Kopf persist progress on objects

@@ -13,11 +13,11 @@ from test_controller import FakeApi, World, pod
 
 from vnpu_common import names
 from vnpu_operator.config import OperatorSettings
-from vnpu_operator.controller import Controller
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.placement import Reason
 from vnpu_operator.steps.preempt import foreign_nomination, restorable_claim
+from vnpu_operator.wiring import build_controller
 
 BUDGET = "Cannot evict pod as it would violate the pod's disruption budget"
 
@@ -50,7 +50,7 @@ class Cluster(World):
     def __init__(self, **settings: Any) -> None:
         self.api = EvictingApi()
         self.now = self.clock = 1000.0
-        self.controller = Controller(
+        self.controller = build_controller(
             cast(OperatorApi, self.api),
             OperatorSettings(**{"preemption": True, **settings}),
             OperatorMetrics(),

@@ -1,0 +1,108 @@
+"""The waiting line: pods the ledger found no room for, oldest first, and
+when each is retried.
+
+A pod enters the line when placement finds nothing that fits
+(`PodState.waiting_since`, set by the PLACE step) and leaves it when booked,
+deleted, ended or given up. When capacity may have grown, the oldest pod of
+each request shape is retried (`retry`), once per burst of changes; the next
+alike pod gets its turn when one leaves the line (`stop`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection, Hashable, Mapping
+from typing import Any
+
+from vnpu_operator.metrics import WaitingPod
+from vnpu_operator.podstate import PodState
+
+Raw = dict[str, Any]
+
+
+class WaitingLine:
+    def __init__(
+        self,
+        states: Mapping[str, PodState],
+        pods: Mapping[str, Raw],
+        *,
+        clock: Callable[[], float],
+        kick: Callable[[str], None] = lambda _uid: None,
+    ) -> None:
+        """`states`, `pods`: the controller's records and cache of pods (by
+        uid); `kick(uid)`: reconcile a pod (the controller's queue)."""
+        self.states = states
+        self.pods = pods
+        self.clock = clock
+        self.kick = kick
+        self._pending: asyncio.Handle | None = None
+
+    @property
+    def pending(self) -> bool:
+        """A retry is scheduled and has not run yet."""
+        return self._pending is not None
+
+    def order(self) -> list[str]:
+        """Pods waiting for capacity, oldest first."""
+        waiting = [(s.waiting_since, uid) for uid, s in self.states.items() if s.waiting_since]
+        return [uid for _, uid in sorted(waiting)]
+
+    def waiting_pods(self) -> list[WaitingPod]:
+        """The waiting pods as metrics name them (a pod the cache no longer
+        holds is about to be forgotten, and is left out)."""
+        now = self.clock()
+        out: list[WaitingPod] = []
+        for uid, state in self.states.items():
+            pod = self.pods.get(uid)
+            if state.waiting_since is None or pod is None:
+                continue
+            meta = pod.get("metadata") or {}
+            out.append(
+                WaitingPod(
+                    namespace=str(meta.get("namespace", "")),
+                    pod=str(meta.get("name", "")),
+                    reason=state.waiting_reason,
+                    waited_seconds=now - state.waiting_since,
+                )
+            )
+        return out
+
+    def retry(self) -> None:
+        """Capacity may have grown: retry waiting pods, oldest first, once
+        per burst of changes."""
+        if self._pending is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+
+        def go() -> None:
+            self._pending = None
+            self._kick_heads()
+
+        self._pending = loop.call_soon(go)
+
+    def _kick_heads(self, shapes: Collection[Hashable] | None = None) -> None:
+        """Retries the oldest waiting pod of each request shape (of `shapes`
+        only, if given) and every pod placed afresh each time. The others of
+        a shape would find what its oldest finds: a release at 1000 nodes
+        with 100 alike pods waiting retried all 100 for each of its 400
+        allocations, seconds of CPU before the one that fit was placed. The
+        next of a shape is retried when one stops waiting (`stop`)."""
+        done: set[Hashable] = set()
+        for uid in self.order():
+            shape = self.states[uid].waiting_shape
+            if shape is None:
+                if shapes is None:
+                    self.kick(uid)
+            elif shape not in done and (shapes is None or shape in shapes):
+                done.add(shape)
+                self.kick(uid)
+
+    def stop(self, state: PodState) -> None:
+        """The pod waits no more: booked (the capacity may hold the next
+        alike pod too), or deleted, ended, given up (it hands its turn on)."""
+        shape = state.waiting_shape
+        state.waiting_since, state.waiting_shape = None, None
+        if shape is not None:
+            self._kick_heads({shape})

@@ -1,0 +1,91 @@
+"""Composition: the controller and the parts it drives, built in the order
+they need each other, then connected where each must tell another of a
+change. `main` runs the controller built here, and so do the tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from vnpu_operator.admission.quotas import QuotaBook
+from vnpu_operator.advertise import Advertiser
+from vnpu_operator.config import OperatorSettings
+from vnpu_operator.controller import Controller
+from vnpu_operator.inventories import Inventories
+from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.metrics import OperatorMetrics, StateView
+from vnpu_operator.notices import Notices
+from vnpu_operator.placement import Ledger
+from vnpu_operator.podstate import Expectations, PodState
+from vnpu_operator.steps.pin import Pinner
+from vnpu_operator.steps.place import Placer
+from vnpu_operator.steps.preempt import Preemption
+from vnpu_operator.waiting import WaitingLine
+
+Raw = dict[str, Any]
+
+
+def build_controller(
+    api: OperatorApi,
+    settings: OperatorSettings,
+    metrics: OperatorMetrics,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+) -> Controller:
+    """`clock`: monotonic seconds (latencies, waits); `wall`: the time
+    agents' Leases are compared with."""
+    ledger = Ledger()
+    notices = Notices(api)
+    expect = Expectations()
+    # The controller's caches (slim copies of what the watches deliver, by
+    # UID or name) and its record of each pod, which the steps and the
+    # waiting line read too.
+    pods: dict[str, Raw] = {}
+    allocs: dict[str, Raw] = {}
+    states: dict[str, PodState] = {}
+
+    inventories = Inventories(ledger, settings, wall=wall)
+    advertiser = Advertiser(
+        api, ledger, inventories.nodes, retry_max_seconds=settings.retry_max_seconds
+    )
+    waiting_line = WaitingLine(states, pods, clock=clock)
+    preemption = Preemption(
+        api, notices, ledger, settings, metrics, pods=pods, allocs=allocs, clock=clock
+    )
+    placer = Placer(
+        api, notices, ledger, expect, settings, metrics, preemption,
+        stopped_waiting=waiting_line.stop,
+    )  # fmt: skip
+    pinner = Pinner(api, notices, ledger, expect, metrics, labels=inventories.labels, clock=clock)
+    controller = Controller(
+        api, settings, metrics,
+        ledger=ledger, notices=notices, expect=expect, inventories=inventories,
+        advertiser=advertiser, quotas=QuotaBook(), waiting_line=waiting_line,
+        preemption=preemption, placer=placer, pinner=pinner,
+        pods=pods, allocs=allocs, states=states, clock=clock,
+    )  # fmt: skip
+
+    # Who tells whom: a node's inventory changed (capacity may have grown,
+    # its totals are advertised again) or it stopped being live; the caches
+    # are synced (a node without a VNPUNode really has none); a pod needs a
+    # reconcile; a claim was dropped (capacity may have grown).
+    inventories.grown = controller.kick_waiting
+    inventories.lost = controller.node_lost
+    inventories.refreshed = advertiser.changed
+    advertiser.ready = controller.is_synced
+    waiting_line.kick = controller.kick
+    preemption.kick = controller.kick
+    preemption.grew = controller.kick_waiting
+
+    metrics.watch(
+        StateView(
+            allocations=lambda: list(allocs.values()),
+            capacity=ledger.capacity,
+            waiting=waiting_line.waiting_pods,
+            live_nodes=inventories.live,
+            fragmentation=ledger.fragmentation,
+        )
+    )
+    return controller
