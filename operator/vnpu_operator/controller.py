@@ -56,7 +56,7 @@ from vnpu_operator.placement import (
     Ledger,
 )
 from vnpu_operator.podstate import Expectations, PodState, Write
-from vnpu_operator.slim import resource_version, slim_pod
+from vnpu_operator.slim import allocation_pod_uid, phase_of, resource_version, slim_pod, uid_of
 from vnpu_operator.steps.pin import Pinner
 from vnpu_operator.steps.place import Placer
 from vnpu_operator.steps.preempt import Preemption
@@ -70,20 +70,6 @@ log = logging.getLogger(__name__)
 SOURCES = ("vnpunodes", "nodes", "pods", "allocations")
 
 Raw = dict[str, Any]
-
-
-def _uid(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("uid", ""))
-
-
-def _alloc_pod_uid(obj: Mapping[str, Any]) -> str:
-    spec_uid = (obj.get("spec") or {}).get("podUID")
-    label_uid = ((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_POD_UID)
-    return str(spec_uid or label_uid or "")
-
-
-def _phase(obj: Mapping[str, Any] | None) -> Any:
-    return ((obj or {}).get("status") or {}).get("phase")
 
 
 class Controller:
@@ -196,7 +182,7 @@ class Controller:
 
     def pod_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
         """`obj` may be the watch's own object: only a slim copy is kept."""
-        uid = _uid(obj)
+        uid = uid_of(obj)
         if not uid:
             return
         if event_type == "DELETED":
@@ -218,7 +204,7 @@ class Controller:
         self.kick(uid)
 
     def allocation_seen(self, obj: Raw) -> None:
-        key, pod_uid = key_of(obj), _alloc_pod_uid(obj)
+        key, pod_uid = key_of(obj), allocation_pod_uid(obj)
         old = self.allocs.get(key)
         self.allocs[key] = obj
         self.expect.seen(Write.CREATE, key)
@@ -227,19 +213,19 @@ class Controller:
         # The spec is immutable (the CRD refuses changes to it), so a status
         # or metadata change of an allocation the ledger has read needs no
         # second reading: that validation was most of an event's cost.
-        if old is None or old.get("spec") != obj.get("spec") or _uid(old) != _uid(obj):
+        if old is None or old.get("spec") != obj.get("spec") or uid_of(old) != uid_of(obj):
             try:
                 self.ledger.add_allocation(Allocation.from_api(obj))
             except InvalidAllocationError as exc:
                 log.warning("allocation %s is unreadable, not booked: %s", key, exc)
-        if _phase(obj) == names.PHASE_FAILED and _phase(old) != names.PHASE_FAILED:
+        if phase_of(obj) == names.PHASE_FAILED and phase_of(old) != names.PHASE_FAILED:
             node = (obj.get("spec") or {}).get("nodeName", "")
             self.metrics.allocation_failures.labels(node).inc()
         if pod_uid:
             self.kick(pod_uid)
 
     def allocation_gone(self, obj: Raw) -> None:
-        key, pod_uid = key_of(obj), _alloc_pod_uid(obj)
+        key, pod_uid = key_of(obj), allocation_pod_uid(obj)
         cached = self.allocs.pop(key, None)
         state = self.states.get(pod_uid)
         if cached is not None and state is not None and not self.expect.pending(Write.DELETE, key):
@@ -283,7 +269,7 @@ class Controller:
         return (
             bool(meta.get("deletionTimestamp"))
             and not self.expect.pending(Write.UNFINALIZE, key_of(obj))
-            and _phase(obj) != names.PHASE_RELEASING
+            and phase_of(obj) != names.PHASE_RELEASING
             and self.inventories.leases.live(str(spec.get("nodeName") or ""))
         )
 

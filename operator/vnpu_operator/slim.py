@@ -139,6 +139,21 @@ def slim_object(body: Mapping[str, Any]) -> Raw:
     return raw
 
 
+def uid_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid", ""))
+
+
+def phase_of(obj: Mapping[str, Any] | None) -> Any:
+    return ((obj or {}).get("status") or {}).get("phase")
+
+
+def allocation_pod_uid(obj: Mapping[str, Any]) -> str:
+    """The UID of the pod an allocation is for (its spec, else its label)."""
+    spec_uid = (obj.get("spec") or {}).get("podUID")
+    label_uid = ((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_POD_UID)
+    return str(spec_uid or label_uid or "")
+
+
 def resource_version(obj: Mapping[str, Any]) -> int | None:
     """As a number: etcd's revision. The API calls resourceVersions opaque,
     but every server in use numbers them so; if one ever does not, nothing

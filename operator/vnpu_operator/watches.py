@@ -24,7 +24,7 @@ from vnpu_common import names
 from vnpu_common.informer import DELETED, Handler, Informer, ListCall, Raw, key_of
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES, Controller
-from vnpu_operator.slim import identity, slim_allocation, slim_object
+from vnpu_operator.slim import identity, slim_allocation, slim_object, uid_of
 
 SOURCE_VNPUNODES, SOURCE_NODES, SOURCE_PODS, SOURCE_ALLOCATIONS = SOURCES
 
@@ -44,10 +44,6 @@ def managed_pod(pod: Mapping[str, Any]) -> bool:
         return True
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     return any(isinstance(g, Mapping) and g.get("name") == names.SCHEDULING_GATE for g in gates)
-
-
-def _uid(obj: Raw) -> str:
-    return str((obj.get("metadata") or {}).get("uid", ""))
 
 
 def _pod_identity(pod: Raw) -> Raw | None:
@@ -71,7 +67,7 @@ def _informer(
         list_call,
         handle,
         keep=keep,
-        key=_uid,
+        key=uid_of,
         timeout_seconds=settings.watch_timeout_seconds,
         retry_max_seconds=settings.retry_max_seconds,
         listed=partial(controller.listed, source),
@@ -103,7 +99,7 @@ def last_known_allocation(controller: Controller, obj: Raw) -> Raw:
     if "spec" in obj:
         return slim_allocation(obj)
     cached = controller.allocs.get(key_of(obj))
-    if cached is not None and _uid(cached) == _uid(obj):
+    if cached is not None and uid_of(cached) == uid_of(obj):
         return cached
     return slim_allocation(obj)
 
