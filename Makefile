@@ -10,6 +10,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The source roots, read from pyproject.toml's [tool.pytest.ini_options] pythonpath (the
+# one place they are defined; hack/README.md): for the commands below that pytest does not run.
+PYPATH = $(shell $(PY) hack/localplane/sourceroots.py)
 
 .PHONY: help
 help: ## list targets
@@ -50,13 +53,14 @@ crds: $(STAMP) ## regenerate crds/ and the chart's copy from the API models
 
 .PHONY: chart-docs
 chart-docs: $(STAMP) ## regenerate charts/vnpu-operator/README.md from its values and schema
-	PYTHONPATH=hack $(PY) -m chartdocs charts/vnpu-operator
+	PYTHONPATH=$(PYPATH) $(PY) -m chartdocs charts/vnpu-operator
 
 .PHONY: lint
-lint: $(STAMP) ## ruff, then the import contracts of pyproject.toml (import-linter)
+lint: $(STAMP) ## ruff, the import contracts of pyproject.toml (import-linter), mypy_path against the source roots
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	PYTHONPATH=common:operator:node_agent:cli $(VENV)/bin/lint-imports --no-logo --no-cache
+	PYTHONPATH=$(PYPATH) $(VENV)/bin/lint-imports --no-logo --no-cache
+	$(PY) hack/localplane/sourceroots.py --check
 
 .PHONY: fmt
 fmt: $(STAMP) ## format and autofix
@@ -83,43 +87,43 @@ test-realnode: $(STAMP) plane node-tools image ## the real-node lane alone (root
 
 .PHONY: demo
 demo: $(STAMP) plane ## the whole story on a local plane
-	PYTHONPATH=common:operator:node_agent:hack $(PY) e2e/demo.py
+	PYTHONPATH=$(PYPATH) $(PY) e2e/demo.py
 
 .PHONY: demo-node
 demo-node: $(STAMP) plane node-tools image ## the story on a real node (root): chart, product image, kubectl exec into containers with vNPUs
-	PYTHONPATH=common:operator:node_agent:hack $(PY) e2e/demo_node.py
+	PYTHONPATH=$(PYPATH) $(PY) e2e/demo_node.py
 
 .PHONY: bench
 bench: $(STAMP) plane ## scale benchmark: 200 nodes, 2000 pods at 20/s (bench/results.json)
-	$(PY) -m bench --nodes 200 --pods 2000 --rate 20 --out bench/results.json
+	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 200 --pods 2000 --rate 20 --out bench/results.json
 
 .PHONY: bench-rate
 bench-rate: $(STAMP) plane ## floors and the sustainable rate (p99 ungated <= 1 s), ours vs plain pods, 20 nodes (minutes)
-	$(PY) -m bench --nodes 20 --pods 600 --rate 20 --rate-search --out bench/results-20n-floors.json
+	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 20 --pods 600 --rate 20 --rate-search --out bench/results-20n-floors.json
 
 .PHONY: bench-1000
 bench-1000: $(STAMP) plane ## 1000 nodes x 8 chips, 4 agent processes, 1000 pods at 10/s, no floors (about 15 min on 2 cores; bench/results-1000.json)
-	$(PY) -m bench --nodes 1000 --agents 4 --pods 1000 --rate 10 --idle 20 --timeout 600 --no-floors --no-floor-replay --out bench/results-1000.json
+	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 1000 --agents 4 --pods 1000 --rate 10 --idle 20 --timeout 600 --no-floors --no-floor-replay --out bench/results-1000.json
 
 .PHONY: bench-placement
 bench-placement: $(STAMP) ## placement quality per policy: 200 nodes, no control plane (bench/results-placement.json; minutes on 2 cores)
-	$(PY) -m bench.placement --out bench/results-placement.json
+	PYTHONPATH=$(PYPATH) $(PY) -m bench.placement --out bench/results-placement.json
 
 .PHONY: bench-policies
 bench-policies: $(STAMP) plane ## API server CPU per plain pod with and without the protection policies, 20 nodes (bench/results-policies.json; minutes)
-	$(PY) -m bench.policycost --out bench/results-policies.json
+	PYTHONPATH=$(PYPATH) $(PY) -m bench.policycost --out bench/results-policies.json
 
 .PHONY: bench-quick
 bench-quick: $(STAMP) plane ## small benchmark (20 nodes, 200 pods); fails on a correctness counter
-	$(PY) -m bench --quick
+	PYTHONPATH=$(PYPATH) $(PY) -m bench --quick
 
 .PHONY: cluster-up
 cluster-up: $(STAMP) plane ## start a local plane in .localplane/ and print KUBECONFIG
-	@PYTHONPATH=common:operator:node_agent:hack $(PY) -m localplane up --crds crds
+	@PYTHONPATH=$(PYPATH) $(PY) -m localplane up --crds crds
 
 .PHONY: cluster-down
 cluster-down: $(STAMP) ## stop the plane started by cluster-up
-	@PYTHONPATH=common:operator:node_agent:hack $(PY) -m localplane down
+	@PYTHONPATH=$(PYPATH) $(PY) -m localplane down
 
 .PHONY: clean
 clean: cluster-down ## remove local state (keeps the binary cache)

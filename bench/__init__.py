@@ -1,9 +1,6 @@
-"""Scale benchmark: `make bench` / `make bench-quick` (see bench/run.py)."""
+"""Scale benchmark: `make bench` / `make bench-quick` (see bench/run.py).
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-for _sub in ("common", "operator", "node_agent", "hack"):
-    if str(ROOT / _sub) not in sys.path:
-        sys.path.insert(0, str(ROOT / _sub))
+Imports `localplane` from hack/: the make targets put the source roots on PYTHONPATH
+(hack/README.md); by hand, from the repository root, `PYTHONPATH=hack .venv/bin/python -m
+bench ...` (the venv's editable install provides the product's packages).
+"""

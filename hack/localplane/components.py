@@ -8,7 +8,6 @@ in the settings they pass.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,15 +15,16 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from localplane.plane import REPO_ROOT, LocalPlane, free_port
+from localplane import sourceroots
+from localplane.plane import LocalPlane, free_port
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
 
 AGENT_NAMESPACE = "vnpu-system"
 
 # The child processes import our packages from the source tree, not from
-# whatever the interpreter has installed.
-SOURCE_ROOTS = ("common", "operator", "node_agent")
+# whatever the interpreter has installed: every source root (localplane.sourceroots).
+SOURCE_ROOTS = tuple(sourceroots.root_names())
 
 Settings = Mapping[str, str | int | float]
 
@@ -78,7 +78,7 @@ class ServiceProcess:
             python += ["-m", "cProfile", "-o", str(self.profile_dir / f"{self.name}.prof")]
         env = {
             **env,
-            "PYTHONPATH": os.pathsep.join(str(REPO_ROOT / p) for p in SOURCE_ROOTS),
+            "PYTHONPATH": sourceroots.pythonpath(),
         }
         log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
