@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterable
+from dataclasses import replace
 
 from vnpu_common.api.models import TemplateResources
 from vnpu_operator.placement.candidates import CandidateIndex
 from vnpu_operator.placement.capacity import (
     ChipCapacity,
-    ChipState,
     NodeState,
     build_node_state,
-    chip_obstacle,
-    free_vnpu_id,
 )
 from vnpu_operator.placement.errors import AllocationConflictError
+from vnpu_operator.placement.fitting import Fit, fit_node, hold, node_filter
 from vnpu_operator.placement.fragmentation import (
     Fragmentation,
     largest_templates,
@@ -39,17 +37,12 @@ from vnpu_operator.placement.model import (
     NodeInventory,
     Placement,
     Policy,
-    Resources,
     allocation_name,
 )
+from vnpu_operator.placement.nominations import Claims, Nomination
 from vnpu_operator.placement.reasons import NoFit, Reason
 from vnpu_operator.placement.request import PodRequest
-from vnpu_operator.placement.scoring import Rank, Scorer
-from vnpu_operator.placement.selectors import (
-    node_selector_matches,
-    node_selector_terms_match,
-    untolerated_taints,
-)
+from vnpu_operator.placement.scoring import Rank
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +62,12 @@ class Ledger:
         self.catalog_epoch = 0
         # Chip model -> its largest offered template, as of the catalog.
         self._largest: dict[str, str] = {}
-        # node -> (template, chip model, charge, count, policy) -> what _fit_node said.
+        # node -> (template, chip model, charge, count, policy) -> what fitting.fit_node said.
         # A node's answer only changes when the node does (inventory,
         # liveness, an allocation on it) or the catalog does, so a stream of
         # placements re-evaluates one node each instead of every node.
         # The key ends with the nominees booked first (see nominations below).
-        self._fits: dict[str, dict[_FitKey, _Fit]] = {}
+        self._fits: dict[str, dict[_FitKey, Fit]] = {}
         # node -> its capacity as built from the inventory and the allocations,
         # dropped with its fits. Building it sums every vNPU on the node; a
         # placement asks a changed node once per request shape, each from a copy.
@@ -82,8 +75,7 @@ class Ledger:
         # The nodes each request shape fits on, ranked (placement.candidates).
         self._candidates: CandidateIndex[list[tuple[int, int]]] = CandidateIndex()
         # Preempting pods' claims: pod uid -> its nomination; node -> uids.
-        self._nominated: dict[str, Nomination] = {}
-        self._nominated_on: dict[str, set[str]] = {}
+        self._claims = Claims()
 
     @classmethod
     def rebuild(
@@ -342,7 +334,7 @@ class Ledger:
             candidates = [existing[0].node]
         else:
             candidates = sorted(self._nodes)
-            if not self._nominated:
+            if not self._claims:
                 fast = self._best_candidate(request, request.count, policy, avoid)
                 if fast is not None:
                     return self._book(request, fast[0], fast[1], first_index)
@@ -358,7 +350,7 @@ class Ledger:
             if name in avoid:
                 reasons[name] = Reason.FAILED_BEFORE
                 continue
-            blocked = _node_filter(inventory, request)
+            blocked = node_filter(inventory, request)
             if blocked is not None:
                 reasons[name] = blocked
                 continue
@@ -386,7 +378,7 @@ class Ledger:
 
         def ask(name: str) -> tuple[Rank, list[tuple[int, int]]] | None:
             inventory = self._nodes.get(name)
-            if inventory is None or _node_filter(inventory, request) is not None:
+            if inventory is None or node_filter(inventory, request) is not None:
                 return None
             outcome = self._fit(inventory, request, need, policy)
             return None if isinstance(outcome, Reason) else (outcome[1], outcome[0])
@@ -401,9 +393,7 @@ class Ledger:
         )
         return self._candidates.best(shape, self._nodes, ask, avoid)
 
-    def _fit(
-        self, inventory: NodeInventory, request: PodRequest, need: int, policy: Policy
-    ) -> _Fit:
+    def _fit(self, inventory: NodeInventory, request: PodRequest, need: int, policy: Policy) -> Fit:
         fits = self._fits.setdefault(inventory.name, {})
         held = self.held_for(inventory.name, request)
         key = (
@@ -417,7 +407,7 @@ class Ledger:
         outcome = fits.get(key)
         if outcome is None:
             state = self._state(inventory)
-            outcome = fits[key] = hold(state, held, policy, self._largest) or _fit_node(
+            outcome = fits[key] = hold(state, held, policy, self._largest) or fit_node(
                 state, request, need, policy, self._largest
             )
         return outcome
@@ -461,36 +451,25 @@ class Ledger:
     def nominate(self, request: PodRequest, node: str, victims: Collection[str] = ()) -> None:
         """`victims`: uids of the pods evicted for it, whose allocations it waits on."""
         self.clear_nomination(request.uid)
-        self._nominated[request.uid] = Nomination(node, request, frozenset(victims))
-        self._nominated_on.setdefault(node, set()).add(request.uid)
+        self._claims.add(Nomination(node, request, frozenset(victims)))
         self._node_changed(node)
 
     def clear_nomination(self, uid: str) -> Nomination | None:
-        old = self._nominated.pop(uid, None)
+        old = self._claims.remove(uid)
         if old is not None:
             self._node_changed(old.node)
-            uids = self._nominated_on.get(old.node)
-            if uids is not None:
-                uids.discard(uid)
-                if not uids:
-                    del self._nominated_on[old.node]
         return old
 
     def nomination(self, uid: str) -> Nomination | None:
-        return self._nominated.get(uid)
+        return self._claims.get(uid)
 
     def nominations(self) -> dict[str, Nomination]:
-        return dict(self._nominated)
+        return self._claims.all()
 
     def held_for(self, node: str, request: PodRequest) -> list[PodRequest]:
         """The nominees `request` must leave room for on `node`: those of
         equal or higher priority but itself, highest first."""
-        uids = self._nominated_on.get(node)
-        if not uids:
-            return []
-        held = [self._nominated[u].request for u in uids if u != request.uid]
-        held = [r for r in held if r.priority >= request.priority]
-        return sorted(held, key=lambda r: (-r.priority, r.uid))
+        return self._claims.held_for(node, request)
 
     def state_without(self, node: str, pods: Collection[str]) -> NodeState | None:
         """A working copy of the node's capacity as if `pods` had released
@@ -506,102 +485,9 @@ class Ledger:
         return build_node_state(inventory, kept, self._catalog, destroyed)
 
 
-@dataclass(frozen=True)
-class Nomination:
-    node: str
-    request: PodRequest
-    victims: frozenset[str] = frozenset()
-
-
-def hold(
-    state: NodeState,
-    held: Iterable[PodRequest],
-    policy: Policy,
-    largest: Mapping[str, str] | None = None,
-) -> Reason | None:
-    """Books the nominees into the working copy first, as the policy would
-    (`largest`: what bestfit ranks by); NOMINATED when one of them does not
-    fit yet (its victims are still releasing): the node is then closed to
-    whoever asked."""
-    for nominee in held:
-        if isinstance(_fit_node(state, nominee, nominee.count, policy, largest), Reason):
-            return Reason.NOMINATED
-    return None
-
-
-_Fit = tuple[list[tuple[int, int]], Rank] | Reason
 _FitKey = tuple[str, str | None, ChargedSize | None, int, Policy, tuple[str, ...]]
 
 
 def _offer(inventory: NodeInventory) -> list[tuple[str, list[TemplateResources]]]:
     """What a node contributes to the catalog."""
     return [(chip.model, chip.templates) for chip in inventory.status.chips]
-
-
-def _node_filter(inventory: NodeInventory, request: PodRequest) -> Reason | None:
-    if not inventory.live:
-        return Reason.NODE_NOT_LIVE
-    if not node_selector_matches(request.node_selector, inventory.labels):
-        return Reason.NODE_SELECTOR
-    if request.affinity_terms is not None and not node_selector_terms_match(
-        request.affinity_terms, inventory.name, inventory.labels
-    ):
-        return Reason.NODE_AFFINITY
-    if untolerated_taints(inventory.compiled_taints, request.compiled_tolerations):
-        return Reason.TAINT
-    if not inventory.status.chips:
-        return Reason.NO_CHIPS
-    return None
-
-
-def _fit_node(
-    state: NodeState,
-    request: PodRequest,
-    need: int,
-    policy: Policy,
-    largest: Mapping[str, str] | None = None,
-) -> _Fit:
-    """Books `need` vNPUs into the working copy `state`, one at a time so
-    that each choice sees the previous ones; returns (chip, id) slots and
-    the node's rank under `policy` afterwards, or why the next vNPU did not
-    fit. `largest`: chip model -> largest template, which bestfit keeps room for."""
-
-    def obstacle(index: int) -> Reason | None:
-        return chip_obstacle(
-            state.chips[index],
-            request.template,
-            request.chip_model,
-            state.used_ids,
-            request.charged,
-        )
-
-    obstacles = {index: obstacle(index) for index in sorted(state.chips)}
-    scorer = Scorer(policy, state, largest or {})
-    slots: list[tuple[int, int]] = []
-    for _ in range(need):
-        fits = [index for index, reason in obstacles.items() if reason is None]
-        if not fits:
-            return max((r for r in obstacles.values() if r is not None), key=lambda r: r.rank)
-        size = {i: _size(state.chips[i], request.template) for i in fits}
-        index = min(fits, key=lambda i: scorer.chip_rank(i, size[i]))
-        chip = state.chips[index]
-        vnpu_id = free_vnpu_id(chip.chip, state.used_ids)
-        assert vnpu_id is not None  # chip_obstacle checked it
-        scorer.booking(index, size[index])
-        chip.book(size[index])
-        state.used_ids.add(vnpu_id)
-        slots.append((index, vnpu_id))
-        # Only the booked chip changed, and any chip whose id range holds the
-        # id just taken (ids are unique per node, ranges may overlap).
-        for other, other_state in state.chips.items():
-            lo, hi = other_state.chip.vnpu_id_min, other_state.chip.vnpu_id_max
-            if other == index or lo <= vnpu_id <= hi:
-                obstacles[other] = obstacle(other)
-    return slots, scorer.node_rank()
-
-
-def _size(chip: ChipState, template: str) -> Resources:
-    """What a vNPU of `template` takes on a chip that offers it."""
-    need = chip.offer(template)
-    assert need is not None  # chip_obstacle checked it
-    return need

@@ -27,7 +27,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from vnpu_operator.placement.capacity import template_resources
-from vnpu_operator.placement.ledger import Ledger, _fit_node, _node_filter, hold
+from vnpu_operator.placement.fitting import fit_node, hold, node_filter
+from vnpu_operator.placement.ledger import Ledger
 from vnpu_operator.placement.model import Policy
 from vnpu_operator.placement.reasons import NoFit, Reason
 from vnpu_operator.placement.request import PodRequest
@@ -120,7 +121,7 @@ def _node_plan(
     protected: Collection[str],
 ) -> Plan | _Enough | None:
     inventory = ledger.node(name)
-    if inventory is None or _node_filter(inventory, request) is not None:
+    if inventory is None or node_filter(inventory, request) is not None:
         return None
     held = ledger.held_for(name, request)
 
@@ -128,7 +129,7 @@ def _node_plan(
         state = ledger.state_without(name, gone)
         if state is None or hold(state, held, policy) is not None:
             return False
-        return not isinstance(_fit_node(state, request, request.count, policy), Reason)
+        return not isinstance(fit_node(state, request, request.count, policy), Reason)
 
     on_node = {a.pod_uid for a in ledger.allocations_on(name)} - {request.uid}
     known = [pods[uid] for uid in sorted(on_node) if uid in pods]

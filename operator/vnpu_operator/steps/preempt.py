@@ -32,7 +32,7 @@ from vnpu_operator.lifecycle import is_deleting, is_gated, is_terminal
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.notices import Notices
 from vnpu_operator.placement import InvalidRequestError, Ledger, NoFit, PodRequest
-from vnpu_operator.placement.ledger import Nomination
+from vnpu_operator.placement.nominations import Nomination
 from vnpu_operator.placement.preemption import Candidate, Plan, plan, worth_trying
 from vnpu_operator.podstate import PodState
 
