@@ -81,6 +81,10 @@ test: $(STAMP) plane lint typecheck ## everything CI runs (root: the real-node l
 test-unit: $(STAMP) ## unit tests only (no control plane)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+.PHONY: test-e2e
+test-e2e: $(STAMP) plane ## the end-to-end test alone: the demo's story, checked, on a plane of its own (about a minute)
+	$(PY) -m pytest -m e2e e2e $(PYTEST_ARGS)
+
 .PHONY: test-realnode
 test-realnode: $(STAMP) plane node-tools image ## the real-node lane alone (root; a kubelet + containerd node on the local plane)
 	$(PY) -m pytest -m realnode tests/integration $(PYTEST_ARGS)
