@@ -16,7 +16,7 @@ PYPATH = $(shell $(PY) hack/localplane/sourceroots.py)
 
 .PHONY: help
 help: ## list targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 # Exactly the locked set (make lock): the lock's pip and build backend, the tested
 # dependencies, then the project itself with nothing more.
