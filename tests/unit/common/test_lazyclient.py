@@ -8,10 +8,8 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
-PATH = os.pathsep.join(str(REPO / p) for p in ("common", "operator", "node_agent"))
+from localplane.sourceroots import pythonpath
 
 
 def fresh(code: str) -> dict[str, object]:
@@ -21,7 +19,7 @@ def fresh(code: str) -> dict[str, object]:
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": PATH},
+        env={**os.environ, "PYTHONPATH": pythonpath()},
         check=True,
     )
     result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])

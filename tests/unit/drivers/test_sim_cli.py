@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
+from localplane.sourceroots import pythonpath
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_agent.drivers.sim_cli import main
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def cli(state: Path, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
@@ -36,7 +35,7 @@ def test_module_entry_point(state_path: Path) -> None:
         capture_output=True,
         text=True,
         check=False,
-        env={"PYTHONPATH": f"{ROOT / 'node_agent'}:{ROOT / 'operator'}", "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": pythonpath(), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr
     assert "RuntimeWarning" not in proc.stderr

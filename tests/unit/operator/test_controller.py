@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import sys
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "placement"))
-from placement_helpers import chip
+from tests.unit.placement.placement_helpers import chip
 
 from localplane.pods import vnpu_pod
 from vnpu_common import names

@@ -5,11 +5,8 @@ runs the same informers against the real API server."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, cast
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_controller import World, lease, node_obj, vnpu_node
 from test_convergence import Answer
 

@@ -6,15 +6,10 @@ inventory lists the vNPU, and the next pod there gets another id."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "placement"))
-
-from placement_helpers import chip
 from test_controller import World, pod
+from tests.unit.placement.placement_helpers import chip
 
 from vnpu_common import names
 from vnpu_common.api.models import VNPUNodeStatus
