@@ -11,17 +11,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, CliSuppress, NoDecode, SettingsConfigDict
+from pydantic_settings import CliSuppress, NoDecode
 
 from vnpu_common.cli import parse_settings
-from vnpu_common.logs import LogFormat, LogLevel
+from vnpu_common.settings import ComponentSettings, MetricsPort
 
 DriverKind = Literal["sim", "npu-smi", "dcmi"]
 ForeignPolicy = Literal["keep", "collect"]
 
 
-class AgentSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="VNPU_", extra="forbid")
+class AgentSettings(ComponentSettings):
+    """The agent's settings; those the operator has too are in ComponentSettings."""
 
     node_name: str = Field(
         default="",
@@ -38,16 +38,10 @@ class AgentSettings(BaseSettings):
         description="How vNPUs are made: sim (simulated chips, no NPU), npu-smi (the "
         "npu-smi tool) or dcmi (the driver's libdcmi).",
     )
-    agent_namespace: str = Field(
-        default="vnpu-system",
-        description="Namespace the node agents run in and keep their Leases "
-        "(the chart's release namespace).",
-    )
     # The old name of agent_namespace, kept for one release (docs/DECISIONS.md).
     namespace: CliSuppress[str | None] = Field(
         default=None, description="Deprecated: use --agent-namespace."
     )
-    kubeconfig: Path | None = Field(default=None, description="Out-of-cluster kubeconfig.")
     state_dir: Path = Field(
         default=Path("/var/lib/vnpu-agent"),
         description="Agent state: vNPUs it created; sim driver state.",
@@ -117,16 +111,7 @@ class AgentSettings(BaseSettings):
     )
     retry_max_seconds: float = Field(default=30.0, gt=0, description="Backoff ceiling.")
 
-    metrics_port: int = Field(
-        default=9101, ge=0, le=65535, description="Port of /metrics, /healthz and /readyz; 0: none."
-    )
-    metrics_host: str = Field(
-        default="0.0.0.0", description="Address of the /metrics, /healthz and /readyz port."
-    )
-    log_level: LogLevel = Field(default="INFO", description="Least severe level logged.")
-    log_format: LogFormat = Field(
-        default="text", description="text lines, or one JSON object per line for a log collector."
-    )
+    metrics_port: MetricsPort = 9101
 
     @field_validator("cdi_host_device_dir")
     @classmethod

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, CliSuppress, NoDecode, SettingsConfigDict
+from pydantic_settings import CliSuppress, NoDecode
 
 from vnpu_common.cli import parse_settings
-from vnpu_common.logs import LogFormat, LogLevel
+from vnpu_common.settings import ComponentSettings, MetricsPort
 from vnpu_operator.placement import Policy
 
 # The choices as an admin types them; pydantic-settings would show the enum's
@@ -22,15 +22,9 @@ from vnpu_operator.placement import Policy
 PolicyName = Literal["binpack", "spread", "bestfit"]
 
 
-class OperatorSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="VNPU_", extra="forbid")
+class OperatorSettings(ComponentSettings):
+    """The operator's settings; those the agent has too are in ComponentSettings."""
 
-    kubeconfig: Path | None = Field(default=None, description="Out-of-cluster kubeconfig.")
-    agent_namespace: str = Field(
-        default="vnpu-system",
-        description="Namespace the node agents run in and keep their Leases "
-        "(the chart's release namespace).",
-    )
     policy: PolicyName = Field(
         default="binpack",
         description="Placement: binpack fills the fullest chip that fits, spread the emptiest, "
@@ -116,20 +110,11 @@ class OperatorSettings(BaseSettings):
         "(e.g. one whose handler is Ascend Docker Runtime); empty: pods are left as they are.",
     )
 
-    metrics_host: str = Field(
-        default="0.0.0.0", description="Address of the /metrics, /healthz and /readyz port."
-    )
-    metrics_port: int = Field(
-        default=9100, ge=0, le=65535, description="Port of /metrics, /healthz and /readyz; 0: none."
-    )
+    metrics_port: MetricsPort = 9100
     watch_timeout_seconds: int = Field(
         default=300, ge=10, description="Server-side watch timeout; streams are then resumed."
     )
     retry_max_seconds: float = Field(default=30.0, gt=0, description="API error backoff ceiling.")
-    log_level: LogLevel = Field(default="INFO", description="Least severe level logged.")
-    log_format: LogFormat = Field(
-        default="text", description="text lines, or one JSON object per line for a log collector."
-    )
 
     @field_validator("webhook_dns_names", mode="before")
     @classmethod
