@@ -38,10 +38,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from vnpu_common.backoff import Backoff
 from vnpu_common.paging import pages
 from vnpu_common.rawcall import call_json
+from vnpu_common.types import Raw
 
 log = logging.getLogger(__name__)
 
-Raw = dict[str, Any]
 # (event type, object) -> None; type is ADDED, MODIFIED, DELETED or SYNC.
 Handler = Callable[[str, Raw], Awaitable[None]]
 # A kubernetes-asyncio list method with its positional arguments bound.

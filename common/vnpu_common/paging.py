@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from vnpu_common.types import Raw
+
 log = logging.getLogger(__name__)
 
-Raw = dict[str, Any]
 # continue token (None for the first page) -> that page, as plain JSON.
 Fetch = Callable[[str | None], Awaitable[Raw]]
 

@@ -27,6 +27,7 @@ from vnpu_common import names
 from vnpu_common.backoff import Backoff
 from vnpu_common.informer import key_of
 from vnpu_common.rawcall import describe
+from vnpu_common.types import Raw
 from vnpu_common.workqueue import WorkQueue
 from vnpu_operator.admission import OfferedTemplates
 from vnpu_operator.admission.quotas import QuotaBook
@@ -68,8 +69,6 @@ log = logging.getLogger(__name__)
 # allocations (watches.py). Nothing is placed or released before all of them
 # have listed once.
 SOURCES = ("vnpunodes", "nodes", "pods", "allocations")
-
-Raw = dict[str, Any]
 
 
 class Controller:

@@ -31,12 +31,12 @@ from vnpu_common import names
 from vnpu_common.backoff import Backoff
 from vnpu_common.paging import pages
 from vnpu_common.rawcall import call_json, describe
+from vnpu_common.types import Raw
 from vnpu_operator.controller import Controller
 from vnpu_operator.slim import resource_version
 
 log = logging.getLogger(__name__)
 
-Raw = dict[str, Any]
 # Metadata only, no specs or statuses: still a kilobyte or two an object
 # with managedFields, so the lists are paged. At 1000 nodes and 2000 pods one
 # unpaged pass held about 100 MB at once, the operator's peak memory.

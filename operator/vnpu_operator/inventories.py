@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from vnpu_common.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.leases import LeaseLiveness
 from vnpu_operator.placement import InvalidInventoryError, Ledger, NodeInventory
@@ -18,8 +19,6 @@ from vnpu_operator.placement.model import NodeReport
 from vnpu_operator.slim import resource_version, slim_node
 
 log = logging.getLogger(__name__)
-
-Raw = dict[str, Any]
 
 
 class Inventories:

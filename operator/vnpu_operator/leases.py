@@ -27,10 +27,9 @@ from kubernetes_asyncio import client
 from vnpu_common import names
 from vnpu_common.backoff import Backoff
 from vnpu_common.rawcall import call_json
+from vnpu_common.types import Raw
 
 log = logging.getLogger(__name__)
-
-Raw = dict[str, Any]
 
 
 class LeaseSink(Protocol):

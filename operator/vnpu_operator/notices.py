@@ -10,13 +10,11 @@ pod's `PodState`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from vnpu_common import names
+from vnpu_common.types import Raw
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.podstate import PodState
-
-Raw = dict[str, Any]
 
 
 class Notices:

@@ -13,8 +13,7 @@ from typing import Any
 
 from vnpu_common import names
 from vnpu_common.quantity import quantity_value
-
-Raw = dict[str, Any]
+from vnpu_common.types import Raw
 
 # What the operator reads of a pod's spec: placement (selector, affinity,
 # tolerations), pinning (gates, affinity), the lifecycle (gates) and

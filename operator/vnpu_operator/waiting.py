@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Hashable, Mapping
-from typing import Any
 
+from vnpu_common.types import Raw
 from vnpu_operator.metrics import WaitingPod
 from vnpu_operator.podstate import PodState
-
-Raw = dict[str, Any]
 
 
 class WaitingLine:

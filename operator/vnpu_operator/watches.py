@@ -21,7 +21,8 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from vnpu_common import names
-from vnpu_common.informer import DELETED, Handler, Informer, ListCall, Raw, key_of
+from vnpu_common.informer import DELETED, Handler, Informer, ListCall, key_of
+from vnpu_common.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES, Controller
 from vnpu_operator.slim import identity, slim_allocation, slim_object, uid_of

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
+from vnpu_common.types import Raw
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.advertise import Advertiser
 from vnpu_operator.config import OperatorSettings
@@ -22,8 +22,6 @@ from vnpu_operator.steps.pin import Pinner
 from vnpu_operator.steps.place import Placer
 from vnpu_operator.steps.preempt import Preemption
 from vnpu_operator.waiting import WaitingLine
-
-Raw = dict[str, Any]
 
 
 def build_controller(

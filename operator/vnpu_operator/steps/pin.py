@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import names
 from vnpu_common.informer import key_of
+from vnpu_common.types import Raw
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.lifecycle import Step
 from vnpu_operator.metrics import OperatorMetrics
@@ -22,8 +22,6 @@ from vnpu_operator.podstate import Expectations, PodState, Write
 
 # The logger keeps the name it had in the controller: log lines read as before.
 log = logging.getLogger("vnpu_operator.controller")
-
-Raw = dict[str, Any]
 
 
 class Pinner:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from typing import Any
 
 from vnpu_common import names
 from vnpu_common.informer import key_of
+from vnpu_common.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi, allocation_body
 from vnpu_operator.metrics import OperatorMetrics
@@ -33,8 +33,6 @@ from vnpu_operator.steps.preempt import Preemption
 
 # The logger keeps its name from before the move into steps/: log lines read as before.
 log = logging.getLogger("vnpu_operator.placing")
-
-Raw = dict[str, Any]
 
 
 class Placer:

@@ -26,6 +26,7 @@ from typing import Any
 from vnpu_common import names
 from vnpu_common.informer import key_of
 from vnpu_common.rawcall import describe
+from vnpu_common.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.lifecycle import is_deleting, is_gated, is_terminal
@@ -38,8 +39,6 @@ from vnpu_operator.podstate import PodState
 
 # The logger keeps its name from before the move into steps/: log lines read as before.
 log = logging.getLogger("vnpu_operator.preempting")
-
-Raw = dict[str, Any]
 
 # A pod a PodDisruptionBudget kept from preempting tries again after this,
 # doubling per refusal in a row (budgets are not watched: a replica becoming
