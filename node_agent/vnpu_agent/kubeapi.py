@@ -3,7 +3,11 @@
 Kept in one place so that the API economy (writes per pod lifecycle) is easy
 to audit: a status patch, a finalizer removal, the VNPUNode status (and its
 restoration when someone else removed or changed it), the Lease, and Events
-for what a user must see.
+for what a user must see. Every write that fails is counted, by operation and
+HTTP status, in `vnpu_agent_api_errors_total` (through `vnpu_common.apiwrites`,
+as the operator's are); an answer the agent acts on (NotFound: create the
+object; AlreadyExists: label it; the allocation gone or replaced) is not a
+failure.
 """
 
 from __future__ import annotations
@@ -14,17 +18,20 @@ from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import Counter
 
 from vnpu_common import names
+from vnpu_common.apiwrites import Expected, Writes
 from vnpu_common.events import event_body
 from vnpu_common.patches import JSON_PATCH, MERGE, finalizer_removal, uid_guard
-from vnpu_common.rawcall import call, call_json
 
 log = logging.getLogger(__name__)
 
 
 class AgentApi:
-    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+    def __init__(self, api_client: client.ApiClient, namespace: str, errors: Counter) -> None:
+        """`errors`: the counter of failed writes, labelled (operation, status)."""
+        self._writes = Writes(errors)
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
@@ -43,7 +50,8 @@ class AgentApi:
         else:
             ops.append({"op": "add", "path": "/status", "value": status})
         try:
-            written = await call_json(
+            written = await self._writes.call_json(
+                "patch_allocation_status",
                 self.custom.patch_namespaced_custom_object_status,
                 names.GROUP,
                 names.VERSION,
@@ -52,6 +60,7 @@ class AgentApi:
                 meta["name"],
                 ops,
                 _content_type=JSON_PATCH,
+                expected=(404, 422),
             )
         except ApiException as exc:
             if exc.status in (404, 422):
@@ -70,7 +79,8 @@ class AgentApi:
         if ops is None:
             return
         try:
-            await call(
+            await self._writes.call(
+                "patch_allocation",
                 self.custom.patch_namespaced_custom_object,
                 names.GROUP,
                 names.VERSION,
@@ -79,6 +89,7 @@ class AgentApi:
                 meta["name"],
                 ops,
                 _content_type=JSON_PATCH,
+                expected=(404, 422),
             )
         except ApiException as exc:
             if exc.status == 422:
@@ -94,7 +105,7 @@ class AgentApi:
         """Patches the status; creates the VNPUNode first if it is missing.
         Returns the object the server then holds."""
         try:
-            return await self._patch_node_status(node, status)
+            return await self._patch_node_status(node, status, expected=(404,))
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -110,36 +121,39 @@ class AgentApi:
         the object the server then holds."""
         if exists:
             try:
-                await self._label_node(node)
+                await self._label_node(node, expected=(404,))
             except ApiException as exc:
                 if exc.status != 404:
                     raise
                 await self._create_node(node)
         else:
             try:
-                await self._create_node(node)
+                await self._create_node(node, expected=(409,))
             except ApiException as exc:
                 if exc.status != 409:
                     raise
                 await self._label_node(node)
         return await self._patch_node_status(node, status)
 
-    async def _create_node(self, node: str) -> None:
+    async def _create_node(self, node: str, *, expected: Expected = ()) -> None:
         body = {
             "apiVersion": names.API_VERSION,
             "kind": names.NODE_KIND,
             "metadata": {"name": node, "labels": {names.LABEL_NODE: node}},
         }
-        await call(
+        await self._writes.call(
+            "create_vnpunode",
             self.custom.create_cluster_custom_object,
             names.GROUP,
             names.VERSION,
             names.NODE_PLURAL,
             body,
+            expected=expected,
         )
 
-    async def _label_node(self, node: str) -> None:
-        await call(
+    async def _label_node(self, node: str, *, expected: Expected = ()) -> None:
+        await self._writes.call(
+            "patch_vnpunode",
             self.custom.patch_cluster_custom_object,
             names.GROUP,
             names.VERSION,
@@ -147,12 +161,16 @@ class AgentApi:
             node,
             {"metadata": {"labels": {names.LABEL_NODE: node}}},
             _content_type=MERGE,
+            expected=expected,
         )
 
-    async def _patch_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
+    async def _patch_node_status(
+        self, node: str, status: dict[str, Any], *, expected: Expected = ()
+    ) -> dict[str, Any]:
         # The answer is read (unlike other writes): it is what the server
         # made of this status, which the VNPUNode watch compares against.
-        obj: dict[str, Any] = await call_json(
+        obj: dict[str, Any] = await self._writes.call_json(
+            "patch_vnpunode_status",
             self.custom.patch_cluster_custom_object_status,
             names.GROUP,
             names.VERSION,
@@ -160,6 +178,7 @@ class AgentApi:
             node,
             {"status": status},
             _content_type=MERGE,
+            expected=expected,
         )
         return obj
 
@@ -170,7 +189,8 @@ class AgentApi:
             holder_identity=node, lease_duration_seconds=duration, renew_time=now
         )
         try:
-            await call(
+            await self._writes.call(
+                "patch_lease",
                 self.coordination.patch_namespaced_lease,
                 name,
                 self.namespace,
@@ -182,12 +202,14 @@ class AgentApi:
                     }
                 },
                 _content_type=MERGE,
+                expected=(404,),
             )
         except ApiException as exc:
             if exc.status != 404:
                 raise
             spec.acquire_time = now
-            await call(
+            await self._writes.call(
+                "create_lease",
                 self.coordination.create_namespaced_lease,
                 self.namespace,
                 client.V1Lease(
@@ -217,7 +239,9 @@ class AgentApi:
         )
         namespace = body["metadata"]["namespace"]
         try:
-            await call(self.core.create_namespaced_event, namespace, body)
+            await self._writes.call(
+                "create_event", self.core.create_namespaced_event, namespace, body
+            )
         except ApiException as exc:
             log.warning("could not record event %s on %s: %s", reason,
                         body["involvedObject"]["name"], exc.reason)  # fmt: skip

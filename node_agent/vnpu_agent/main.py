@@ -134,7 +134,7 @@ class Agent:
         else:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
         self.api_client = new_api_client(f"{names.USER_AGENT_AGENT}/{__version__}")
-        api = AgentApi(self.api_client, s.agent_namespace)
+        api = AgentApi(self.api_client, s.agent_namespace, self.metrics.api_errors)
         core = client.CoreV1Api(self.api_client)
         self.watcher = AllocationWatcher(
             client.CustomObjectsApi(self.api_client),

@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from vnpu_agent.drivers.base import VNPU, ChipInfo
 from vnpu_common import names
+from vnpu_common.apiwrites import error_counter
 from vnpu_common.metrics_registry import CHIP_LABELS, MIB, chip_gauge, component_registry
 
 PREFIX: Final = "vnpu_agent"
@@ -74,6 +75,16 @@ class AgentMetrics:
             "changed (deleted, unlabelled, status).",
             ["node", "what"],
             registry=self.registry,
+        )
+
+        # Written by kubeapi.AgentApi, through vnpu_common.apiwrites.
+        self.api_errors = error_counter(
+            PREFIX,
+            "Agent API writes that failed, by operation and HTTP status (none: no "
+            "answer). An answer the agent acts on is not a failure: NotFound before a "
+            "create (VNPUNode, Lease), AlreadyExists before a label, NotFound or a failed "
+            "test where the allocation is gone or was replaced.",
+            self.registry,
         )
 
     def driver_op(self, node: str, op: str, result: str, seconds: float) -> None:

@@ -3,8 +3,9 @@
 Kept in one place so the API economy (writes per pod lifecycle) is easy to
 audit: create and delete allocations, the one pinning patch, the pod
 finalizer removal, the waiting condition, and Events a user should see.
-Every write that fails is counted here, by operation and HTTP status, in
-`vnpu_operator_api_errors_total`.
+Every write that fails is counted, by operation and HTTP status, in
+`vnpu_operator_api_errors_total` (through `vnpu_common.apiwrites`, as the
+agent's are).
 """
 
 from __future__ import annotations
@@ -20,16 +21,15 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
 from vnpu_common import names
+from vnpu_common.apiwrites import Writes
 from vnpu_common.events import event_body, now_rfc3339
 from vnpu_common.patches import JSON_PATCH, MERGE, STRATEGIC, finalizer_removal
-from vnpu_common.rawcall import call, call_json
+from vnpu_common.rawcall import call_json
 from vnpu_operator.placement import Allocation
 
 log = logging.getLogger(__name__)
 
 COMPONENT = "vnpu-operator"
-# Status label of a failed write that got no HTTP answer (refused, reset, timed out).
-NO_RESPONSE = "none"
 
 
 def allocation_body(alloc: Allocation, pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,13 +77,22 @@ def budget_refusal(exc: ApiException) -> str | None:
     return "; ".join([str(status.get("message", "")).rstrip("."), *budget]).strip("; ")
 
 
+# An eviction's answers that are not failures: the pod gone, or replaced by a
+# pod of the same name (the uid precondition), or a PodDisruptionBudget's refusal.
+_EVICTION_GONE = (404, 409)
+
+
+def _eviction_answered(exc: ApiException) -> bool:
+    return exc.status in _EVICTION_GONE or budget_refusal(exc) is not None
+
+
 class OperatorApi:
     def __init__(self, api_client: client.ApiClient, errors: Counter) -> None:
         """`errors`: the counter of failed writes, labelled (operation, status)."""
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.host = os.environ.get("HOSTNAME", "")
-        self._errors = errors
+        self._writes = Writes(errors)
 
     async def _write(
         self,
@@ -97,14 +106,10 @@ class OperatorApi:
         `done` (an outcome that leaves nothing to do, such as NotFound for a
         delete). Any other failure is counted and raised."""
         try:
-            await call(fn, *args, **kwargs)
+            await self._writes.call(operation, fn, *args, expected=done, **kwargs)
         except ApiException as exc:
             if exc.status in done:
                 return False
-            self._errors.labels(operation, str(exc.status)).inc()
-            raise
-        except Exception:
-            self._errors.labels(operation, NO_RESPONSE).inc()
             raise
         return True
 
@@ -255,23 +260,20 @@ class OperatorApi:
             "deleteOptions": options,
         }
         try:
-            await call(
+            await self._writes.call(
+                "evict_pod",
                 self.core.create_namespaced_pod_eviction,
                 meta.get("name"),
                 meta.get("namespace"),
                 body,
+                expected=_eviction_answered,
             )
         except ApiException as exc:
-            # Gone, or replaced by a pod of the same name (the uid precondition).
-            if exc.status in (404, 409):
+            if exc.status in _EVICTION_GONE:
                 return None
             refusal = budget_refusal(exc)
             if refusal is not None:
                 return refusal
-            self._errors.labels("evict_pod", str(exc.status)).inc()
-            raise
-        except Exception:
-            self._errors.labels("evict_pod", NO_RESPONSE).inc()
             raise
         return None
 

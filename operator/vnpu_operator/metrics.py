@@ -21,6 +21,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from vnpu_common import names
+from vnpu_common.apiwrites import error_counter
 from vnpu_common.metrics_registry import MIB, chip_gauge, component_registry
 from vnpu_operator.placement import ChipCapacity
 from vnpu_operator.placement.fragmentation import Fragmentation, total
@@ -97,15 +98,13 @@ class OperatorMetrics:
             "vNPU pods evicted to make room for a pod of higher priority.",
             registry=self.registry,
         )
-        # Written by kubeapi.OperatorApi: a handful of operations times the
-        # statuses the API server answers, so the series stay few.
-        self.api_errors = Counter(
-            f"{PREFIX}_api_errors_total",
+        # Written by kubeapi.OperatorApi, through vnpu_common.apiwrites.
+        self.api_errors = error_counter(
+            PREFIX,
             "Operator API writes that failed, by operation and HTTP status "
             "(none: no answer). AlreadyExists on create, and NotFound where a gone "
             "object leaves nothing to do (delete, finalizer, condition), are not failures.",
-            ["operation", "status"],
-            registry=self.registry,
+            self.registry,
         )
         # Written by admission.webhook: webhook is mutate or validate.
         self.admission_requests = Counter(

@@ -121,6 +121,7 @@ def agent_metrics() -> AgentMetrics:
     metrics.gc_action("n1", "orphan")
     metrics.released("n1")
     metrics.node_restored("n1", "deleted")
+    metrics.api_errors.labels("patch_lease", "500").inc()
     return metrics
 
 

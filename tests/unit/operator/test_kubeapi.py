@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
-from vnpu_operator.kubeapi import NO_RESPONSE, OperatorApi
+from vnpu_common.apiwrites import NO_RESPONSE
+from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.metrics import OperatorMetrics
 
 METRIC = "vnpu_operator_api_errors_total"

@@ -1,0 +1,91 @@
+"""API writes, made and counted one way by both components.
+
+A write goes through `rawcall` (no client models). One that fails is counted
+in the component's `<prefix>_api_errors_total{operation,status}`, by the
+HTTP status it answered or `none` (no answer: refused, reset, timed out),
+unless the caller expects that answer: a status that says the work is done
+or tells the caller what to do instead (AlreadyExists on a retried create,
+NotFound on a delete, NotFound before a create) is not a failure. Every
+failure is raised all the same, expected or not: what is retried, logged or
+swallowed stays the caller's decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, Final
+
+from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter
+
+from vnpu_common import rawcall
+
+# The status label of a failed write that got no HTTP answer.
+NO_RESPONSE: Final = "none"
+LABELS: Final = ("operation", "status")
+
+# The statuses the caller acts on, or a test of the answer (a 429 may be a
+# PodDisruptionBudget's refusal or the server's throttling).
+Expected = Collection[int] | Callable[[ApiException], bool]
+
+
+def error_counter(prefix: str, documentation: str, registry: CollectorRegistry) -> Counter:
+    """`<prefix>_api_errors_total{operation,status}`: a handful of operations
+    times the statuses the API server answers, so the series stay few."""
+    return Counter(f"{prefix}_api_errors_total", documentation, LABELS, registry=registry)
+
+
+def status_label(exc: BaseException) -> str:
+    """The status label of a failure: its HTTP status, or `none`."""
+    return str(exc.status) if isinstance(exc, ApiException) else NO_RESPONSE
+
+
+def _is_expected(exc: ApiException, expected: Expected) -> bool:
+    if callable(expected):
+        return expected(exc)
+    return exc.status in expected
+
+
+class Writes:
+    """Makes writes and counts the ones that fail in `errors`, a counter
+    labelled (operation, status)."""
+
+    def __init__(self, errors: Counter) -> None:
+        self.errors = errors
+
+    def failed(self, operation: str, exc: BaseException) -> None:
+        self.errors.labels(operation, status_label(exc)).inc()
+
+    async def _counted(self, operation: str, request: Awaitable[Any], expected: Expected) -> Any:
+        try:
+            return await request
+        except ApiException as exc:
+            if not _is_expected(exc, expected):
+                self.failed(operation, exc)
+            raise
+        except Exception as exc:
+            self.failed(operation, exc)
+            raise
+
+    async def call(
+        self,
+        operation: str,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        expected: Expected = (),
+        **kwargs: Any,
+    ) -> int:
+        """`rawcall.call`, counted: the HTTP status; raises as it does."""
+        status: int = await self._counted(operation, rawcall.call(fn, *args, **kwargs), expected)
+        return status
+
+    async def call_json(
+        self,
+        operation: str,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        expected: Expected = (),
+        **kwargs: Any,
+    ) -> Any:
+        """`rawcall.call_json`, counted: the answer's JSON; raises as it does."""
+        return await self._counted(operation, rawcall.call_json(fn, *args, **kwargs), expected)
