@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -125,21 +126,74 @@ def ratio(a: Any, b: Any) -> float | None:
     return a / b if a is not None and b else None
 
 
+@dataclass
+class Run:
+    """What every phase shares: the options, the plane, the results being
+    written, one API client and the benchmark's pod tracker and driver."""
+
+    args: argparse.Namespace
+    cluster: Cluster
+    out: dict[str, Any]
+    api: client.ApiClient
+    core: client.CoreV1Api
+    limit: asyncio.Semaphore
+    tracker: load.Tracker
+    driver: load.Driver
+    correctness: Counter[str] = field(default_factory=Counter)
+
+    def cpu(self) -> dict[str, float]:
+        return cpu_by_process(self.cluster)
+
+    def count(self, counters: dict[str, int], prefix: str = "") -> None:
+        for k, v in counters.items():
+            self.correctness[f"{prefix}{k}"] += v
+
+
+@dataclass
+class Churned:
+    """What the later phases need of the churn."""
+
+    pods: int
+    cpu_window_s: float
+    operator_before: ProcStats | None
+
+
+@dataclass
+class Filled:
+    """What the later phases need of the fill's burst."""
+
+    placed: int
+    pods_per_s: float | None
+    burst_cpu: dict[str, Any]
+
+
 async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]) -> None:
-    plane = cluster.plane
-    kube = plane.kubeconfig
-    api = await load.api_client(kube, load.BENCH_UA, args.concurrency)
+    api = await load.api_client(cluster.plane.kubeconfig, load.BENCH_UA, args.concurrency)
     core = client.CoreV1Api(api)
     limit = asyncio.Semaphore(args.concurrency)
     tracker = load.Tracker(core, "bench", names.SCHEDULING_GATE)
     tracker.start()
     await tracker.synced.wait()
     driver = load.Driver(core, "bench", tracker, limit)
-    correctness: Counter[str] = Counter()
+    run = Run(args, cluster, out, api, core, limit, tracker, driver)
+    churned = await churn_phase(run)
+    filled = await fill_phase(run)
+    await idle_phase(run, churned)
+    process_phase(run, churned)
+    await ours_again_phase(run)
+    await floor_phase(run, filled)
+    await baseline_phase(run)
+    out["correctness"] = dict(run.correctness)
+    await api.close()
 
-    # -- churn (ours)
+
+async def churn_phase(run: Run) -> Churned:
+    """Pods of mixed templates created at `--rate`, held, deleted: latencies,
+    CPU per pod, writes and requests per pod (optionally py-spy's stacks)."""
+    args, cluster, out, core, driver = run.args, run.cluster, run.out, run.core, run.driver
+    plane = cluster.plane
     pods = load.mix_pods("c", args.pods)
-    cpu0 = {"operator": stats(cluster.operator) if cluster.operator else None}
+    op0 = stats(cluster.operator) if cluster.operator else None
     off0 = settle_audit(plane.audit_log)
     req0 = report.apiserver_requests(plane)
     hooks0 = report.webhook_calls(plane)
@@ -162,7 +216,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     off1 = settle_audit(plane.audit_log)
     req1 = report.apiserver_requests(plane)
     hooks1 = report.webhook_calls(plane)
-    correctness.update(mid)
+    run.count(mid)
     # Capacity is never short in the churn (a few pods per node), so a pod
     # still gated `stuck_seconds` after creation (or deleted gated) is stuck.
     never = [
@@ -171,8 +225,8 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         and (p.ungated or p.delete_called or time.monotonic()) - p.created > args.stuck_seconds
         and (p.ungated is None or p.ungated - p.created > args.stuck_seconds)
     ]  # fmt: skip
-    correctness["churn_pods_stuck_gated"] = len(never)
-    correctness["churn_pods_not_gone"] = sum(1 for p in pods if p.created and p.gone is None)
+    run.correctness["churn_pods_stuck_gated"] = len(never)
+    run.correctness["churn_pods_not_gone"] = sum(1 for p in pods if p.created and p.gone is None)
     ung = [x for p in pods if (x := p.ungate_latency()) is not None]
     gone = [x for p in pods if (x := p.gone_latency()) is not None]
     out["churn"] = {
@@ -202,14 +256,19 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     out["per_pod_requests_all_clients"] = {
         k: v / max(1, len(pods)) for k, v in (req1 - req0).most_common(25)
     }
+    return Churned(len(pods), cpu_window, op0)
 
-    # -- fill: burst to capacity, some wait, free capacity
+
+async def fill_phase(run: Run) -> Filled:
+    """A burst to capacity as fast as the client allows (throughput), some
+    pods left waiting; capacity freed and the waiting pods' placement timed."""
+    args, cluster, driver, tracker = run.args, run.cluster, run.driver, run.tracker
     capacity = 2 * len(cluster.nodes)
     waiting_n = max(2, len(cluster.nodes) // 10)
     template, count = load.FILL
     fill = [load.PodTimes(f"f-{i:05d}", template, count) for i in range(capacity + waiting_n)]
     say(f"fill: {len(fill)} pods of {count} x {template} (capacity {capacity}) as fast as possible")
-    clock = AllocationClock(client.CustomObjectsApi(api), "bench")
+    clock = AllocationClock(client.CustomObjectsApi(run.api), "bench")
     clock.start()
     await clock.synced.wait()
     burst_cpu = CpuWindow(cluster)
@@ -231,10 +290,8 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     waiting = [p for p in fill if not p.ungated and p.created]
     last = max((p.ungated for p in placed if p.ungated), default=t0)
     ours_tp = len(placed) / (last - t0) if last > t0 else None
-    full = await asyncio.to_thread(report.correctness_snapshot, cluster, final=False)
-    for k, v in full.items():
-        correctness[k] += v
-    correctness["fill_pods_stuck_gated"] = max(0, capacity - len(placed))
+    run.count(await asyncio.to_thread(report.correctness_snapshot, cluster, final=False))
+    run.correctness["fill_pods_stuck_gated"] = max(0, capacity - len(placed))
     freed = placed[: len(waiting)]
     t_free = time.monotonic()
     for p in freed:
@@ -242,14 +299,14 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     await driver.drain()
     await load.wait_until(tracker, lambda: all(p.ungated for p in waiting), args.timeout)
     w2p = [p.ungated - t_free for p in waiting if p.ungated]
-    correctness["waiting_pods_stuck_gated"] = sum(1 for p in waiting if not p.ungated)
+    run.correctness["waiting_pods_stuck_gated"] = sum(1 for p in waiting if not p.ungated)
     # From the freed pods' allocations gone (the capacity free) to the
     # waiting pods' allocations created (placed) and to the pods ungated.
     freed_at = [clock.all_gone(p.uid) for p in freed]
     gone_to_placed = reuse_delays(freed_at, [clock.all_created(p.uid, count) for p in waiting])
     gone_to_ungated = reuse_delays(freed_at, [p.ungated for p in waiting])
     await clock.stop()
-    out["fill"] = {
+    run.out["fill"] = {
         "created": len(fill), "placed": len(placed), "waiting": len(waiting),
         "freed": len(freed), "wait_to_place": report.summary(w2p, (50, 99)),
         "gone_to_placed": report.summary(gone_to_placed, (50, 99)),
@@ -264,14 +321,18 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         "allocations went"
     )
     if not await load.delete_all(driver, fill, args.timeout, say):
-        correctness["fill_pods_not_gone"] = sum(1 for p in fill if p.created and not p.gone)
+        run.correctness["fill_pods_not_gone"] = sum(1 for p in fill if p.created and not p.gone)
+    return Filled(len(placed), ours_tp, ours_burst_cpu)
 
-    # -- idle
+
+async def idle_phase(run: Run, churned: Churned) -> None:
+    """Nothing left behind, then `--idle` seconds of our writes and CPU with
+    no pod: what the churn's CPU per pod is taken net of."""
+    args, cluster, out = run.args, run.cluster, run.out
+    plane = cluster.plane
     await asyncio.sleep(8)  # past the agent's inventory coalescing interval
     await asyncio.to_thread(settle_audit, plane.audit_log)
-    final = await asyncio.to_thread(report.correctness_snapshot, cluster, final=True)
-    for k, v in final.items():
-        correctness[k] += v
+    run.count(await asyncio.to_thread(report.correctness_snapshot, cluster, final=True))
     a = plane.audit_log.stat().st_size
     say(f"idle {args.idle}s")
     idle_cpu0, t_idle0 = cpu_by_process(cluster), time.monotonic()
@@ -289,20 +350,24 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         "cpu_per_s": {k: (v - idle_cpu0.get(k, 0)) / idle_s for k, v in idle_cpu1.items()},
         "driver_cpu_per_s": {k: (v - idle_drv0.get(k, 0)) / idle_s for k, v in idle_drv1.items()},
     }  # fmt: skip
+    window, pods = churned.cpu_window_s, churned.pods
     out["churn"]["cpu_ms_per_pod_over_idle"] = over_idle(
-        out["churn"]["cpu_seconds"], out["idle"]["cpu_per_s"], cpu_window, len(pods)
+        out["churn"]["cpu_seconds"], out["idle"]["cpu_per_s"], window, pods
     )
     out["churn"]["driver_ms_per_pod_over_idle"] = over_idle(
-        out["churn"]["driver_cpu_seconds"], out["idle"]["driver_cpu_per_s"], cpu_window, len(pods)
+        out["churn"]["driver_cpu_seconds"], out["idle"]["driver_cpu_per_s"], window, pods
     )
-    correctness["idle_non_lease_writes"] = out["idle"]["non_lease_writes"]
+    run.correctness["idle_non_lease_writes"] = out["idle"]["non_lease_writes"]
 
-    # -- process stats, then the floor with the operator stopped
+
+def process_phase(run: Run, churned: Churned) -> None:
+    """The operator's and the agents' CPU and RSS so far."""
+    cluster = run.cluster
     op = stats(cluster.operator) if cluster.operator else ProcStats(0, 0, 0)
     agents = [stats(x) for x in cluster.agents]
     base = cluster.agent_base or ProcStats(0, 0, 0)
-    op0 = cpu0["operator"]
-    out["processes"] = {
+    op0 = churned.operator_before
+    run.out["processes"] = {
         "operator": {"cpu_seconds": op.cpu_seconds - (op0.cpu_seconds if op0 else 0),
                      "cpu_seconds_total": op.cpu_seconds, "peak_rss_mb": op.peak_rss_mb},
         "agents": {
@@ -314,63 +379,77 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         },
     }  # fmt: skip
 
-    def cpu() -> dict[str, float]:
-        return cpu_by_process(cluster)
 
+async def ours_again_phase(run: Run) -> None:
+    """With the operator still running: a churn beside Kopf's floor
+    (--floors) and our sustainable rate (--rate-search), then nothing may be
+    left of them either."""
+    args, out = run.args, run.out
     if args.floors and args.kopf_floor_pods > 0:
         out["kopf_floor"] = await floors.kopf_floor_phase(
-            cluster, driver, api, args.kopf_floor_pods, args.rate, args.hold, args.timeout,
-            cpu, say,
+            run.cluster, run.driver, run.api, args.kopf_floor_pods, args.rate, args.hold,
+            args.timeout, run.cpu, say,
         )  # fmt: skip
-        correctness["kopf_floor_pods_not_gone"] = out["kopf_floor"]["not_gone"]
+        run.correctness["kopf_floor_pods_not_gone"] = out["kopf_floor"]["not_gone"]
     if args.rate_search:
         say(f"sustainable rate, ours: p99 created -> ungated <= {args.rate_limit_s}s")
         out["rate_search"] = {"ours": await floors.rate_search(
-            driver, search(args), load.PodTimes.ungate_latency, "r", args.rate_search_step,
+            run.driver, search(args), load.PodTimes.ungate_latency, "r", args.rate_search_step,
             args.rate_search_hold, args.rate_search_budget, args.timeout, say,
         )}  # fmt: skip
     if args.floors or args.rate_search:
         # The phases above ran ours again: nothing may be left of them either.
-        late = await asyncio.to_thread(report.correctness_snapshot, cluster, final=True)
-        for k, v in late.items():
-            correctness[f"after_floors_{k}"] += v
+        late = await asyncio.to_thread(report.correctness_snapshot, run.cluster, final=True)
+        run.count(late, prefix="after_floors_")
 
-    await asyncio.to_thread(cluster.stop_operator)
-    await tracker.stop()
+
+async def floor_phase(run: Run, filled: Filled) -> None:
+    """The operator stopped; with --floor-replay the same churn and burst by
+    a logic-free writer, and ours against it. Writes `burst` either way."""
+    args, out = run.args, run.out
+    await asyncio.to_thread(run.cluster.stop_operator)
+    await run.tracker.stop()
     floor_tp: float | None = None
     floor_burst_cpu: dict[str, Any] | None = None
     if args.floor_replay:
         say("floor: the operator (and its webhooks) stopped; same churn and burst, no logic")
         out["floor"], floor_tp, floor_burst_cpu = await floor_replay(
-            cluster, core, limit, len(placed), args, say
+            run.cluster, run.core, run.limit, filled.placed, args, say
         )
         out["ratios"] = {
             f"{key}_{p}": ratio(out["churn"][key][p], out["floor"]["churn"][key][p])
             for key in ("ungate", "gone")
             for p in ("p50", "p99")
         }
-        out["ratios"]["throughput"] = ratio(ours_tp, floor_tp)
+        out["ratios"]["throughput"] = ratio(filled.pods_per_s, floor_tp)
     out["burst"] = {
-        "pods": len(placed), "ours_pods_per_s": ours_tp, "floor_pods_per_s": floor_tp,
+        "pods": filled.placed, "ours_pods_per_s": filled.pods_per_s, "floor_pods_per_s": floor_tp,
         # Who the burst's CPU went to: on a machine whose cores the burst keeps
         # busy, the throughput ratio is the ratio of these totals per pod.
-        "cpu": {"ours": ours_burst_cpu, "floor": floor_burst_cpu},
+        "cpu": {"ours": filled.burst_cpu, "floor": floor_burst_cpu},
     }  # fmt: skip
+
+
+async def baseline_phase(run: Run) -> None:
+    """Plain pods with the operator stopped: the churn (--floors) and the
+    sustainable rate (--rate-search) of Kubernetes alone."""
+    args, cluster, out = run.args, run.cluster, run.out
     if args.floors or args.rate_search:
         await asyncio.to_thread(floors.ensure_namespace, cluster, floors.BASE_NS)
     if args.floors:
         baseline = await floors.baseline_phase(
-            cluster, core, limit, args.pods, args.rate, args.hold, args.timeout, cpu, say
-        )
+            cluster, run.core, run.limit, args.pods, args.rate, args.hold, args.timeout,
+            run.cpu, say,
+        )  # fmt: skip
         out["baseline"] = baseline
         out["ours_minus_baseline"] = floors.compare(out["churn"], baseline)
-        correctness["baseline_pods_not_gone"] = baseline["not_gone"]
+        run.correctness["baseline_pods_not_gone"] = baseline["not_gone"]
     if args.rate_search:
         say(f"sustainable rate, baseline: p99 created -> scheduled <= {args.rate_limit_s}s")
-        btracker = load.Tracker(core, floors.BASE_NS, "none")
+        btracker = load.Tracker(run.core, floors.BASE_NS, "none")
         btracker.start()
         await btracker.synced.wait()
-        bdriver = load.Driver(core, floors.BASE_NS, btracker, limit, plain=True)
+        bdriver = load.Driver(run.core, floors.BASE_NS, btracker, run.limit, plain=True)
         rs = out["rate_search"]
         rs["baseline"] = await floors.rate_search(
             bdriver, search(args), load.PodTimes.scheduled_latency, "rb", args.rate_search_step,
@@ -380,8 +459,6 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
         rs["ratio_ours_to_baseline"] = ratio(
             rs["ours"]["best_pods_per_s"], rs["baseline"]["best_pods_per_s"]
         )
-    out["correctness"] = dict(correctness)
-    await api.close()
 
 
 async def floor_replay(
