@@ -24,6 +24,7 @@ from vnpu_common import names
 from vnpu_common.apiwrites import Expected, Writes
 from vnpu_common.events import event_body
 from vnpu_common.patches import JSON_PATCH, MERGE, finalizer_removal, uid_guard
+from vnpu_common.types import Raw
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,7 @@ class AgentApi:
         self.coordination = client.CoordinationV1Api(api_client)
         self.namespace = namespace
 
-    async def patch_allocation_status(
-        self, obj: dict[str, Any], status: dict[str, Any]
-    ) -> str | None:
+    async def patch_allocation_status(self, obj: Raw, status: dict[str, Any]) -> str | None:
         """Sets the given status fields of the allocation `obj` describes,
         guarded by its uid. Returns the resourceVersion the write made, or
         None when the object is gone or was replaced."""
@@ -70,7 +69,7 @@ class AgentApi:
             raise
         return str((written.get("metadata") or {}).get("resourceVersion", ""))
 
-    async def remove_finalizer(self, obj: dict[str, Any]) -> None:
+    async def remove_finalizer(self, obj: Raw) -> None:
         """JSON patch with `test`s of the uid and the list, so a replaced
         object or a concurrent change fails the request instead of being
         overwritten."""
@@ -101,7 +100,7 @@ class AgentApi:
             if exc.status != 404:
                 raise
 
-    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
+    async def publish_node_status(self, node: str, status: dict[str, Any]) -> Raw:
         """Patches the status; creates the VNPUNode first if it is missing.
         Returns the object the server then holds."""
         try:
@@ -112,9 +111,7 @@ class AgentApi:
             await self._create_node(node)
             return await self._patch_node_status(node, status)
 
-    async def restore_node(
-        self, node: str, status: dict[str, Any], *, exists: bool
-    ) -> dict[str, Any]:
+    async def restore_node(self, node: str, status: dict[str, Any], *, exists: bool) -> Raw:
         """Puts back a VNPUNode someone else deleted or unlabelled (`exists`:
         whether the object is believed to be there, without its label):
         the object with its `vnpu.io/node` label, then the status. Returns
@@ -166,10 +163,10 @@ class AgentApi:
 
     async def _patch_node_status(
         self, node: str, status: dict[str, Any], *, expected: Expected = ()
-    ) -> dict[str, Any]:
+    ) -> Raw:
         # The answer is read (unlike other writes): it is what the server
         # made of this status, which the VNPUNode watch compares against.
-        obj: dict[str, Any] = await self._writes.call_json(
+        obj: Raw = await self._writes.call_json(
             "patch_vnpunode_status",
             self.custom.patch_cluster_custom_object_status,
             names.GROUP,
@@ -220,7 +217,7 @@ class AgentApi:
 
     async def event(
         self,
-        involved: dict[str, Any],
+        involved: Raw,
         *,
         type_: str,
         reason: str,

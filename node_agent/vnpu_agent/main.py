@@ -29,6 +29,7 @@ from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.http import serve_http
 from vnpu_common.logs import configure_logging
 from vnpu_common.rawcall import call_json
+from vnpu_common.types import Raw
 
 log = logging.getLogger("vnpu_agent")
 
@@ -88,13 +89,13 @@ class Agent:
         self.node_watcher: NodeWatcher | None = None
         self.api_client: client.ApiClient | None = None
 
-    async def _dispatch(self, kind: str, obj: dict[str, Any]) -> None:
+    async def _dispatch(self, kind: str, obj: Raw) -> None:
         node = obj.get("metadata", {}).get("labels", {}).get(names.LABEL_NODE)
         agent = self.nodes.get(node or "")
         if agent is not None:
             await agent.on_event(kind, obj)
 
-    async def _dispatch_node(self, kind: str, obj: dict[str, Any]) -> None:
+    async def _dispatch_node(self, kind: str, obj: Raw) -> None:
         # By name, not label: a VNPUNode relabelled to another node of this
         # process is still the one of the node it is named after.
         agent = self.nodes.get(obj.get("metadata", {}).get("name", ""))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vnpu_common import names
+from vnpu_common.types import Raw
 
 # After this long without the echo of our last write, the VNPUNode is
 # compared anyway. The echo is not expected to be lost (a resumed watch
@@ -31,7 +32,7 @@ from vnpu_common import names
 ECHO_WAIT_SECONDS = 600.0
 
 
-def _rv(obj: dict[str, Any]) -> str | None:
+def _rv(obj: Raw) -> str | None:
     rv = (obj.get("metadata") or {}).get("resourceVersion")
     return rv if isinstance(rv, str) else None
 
@@ -41,7 +42,7 @@ class NodeMirror:
     node: str
     # The VNPUNode, or None once it is gone (or lost its label); nothing is
     # known before the watch's first list.
-    observed: dict[str, Any] | None = None
+    observed: Raw | None = None
     known: bool = False
     # The status the server answered our last write with.
     published: dict[str, Any] | None = None
@@ -62,7 +63,7 @@ class NodeMirror:
     # write is.
     _seen_in_write: list[str | None] | None = field(default=None, repr=False)
 
-    def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+    def on_event(self, kind: str, obj: Raw) -> None:
         """An event of the VNPUNode watch (DELETED also when the object lost
         the label the watch selects on)."""
         self.observed = None if kind == "DELETED" else obj
@@ -82,7 +83,7 @@ class NodeMirror:
         self._seen_in_write = None
         self.failures += 1
 
-    def write_answered(self, obj: dict[str, Any], now: float) -> None:
+    def write_answered(self, obj: Raw, now: float) -> None:
         seen = self._seen_in_write or []
         self._seen_in_write = None
         self.failures = 0
@@ -99,7 +100,7 @@ class NodeMirror:
         """Whether the watch may still be behind our last write."""
         return self.echo_rv is not None and now - self.echo_since < ECHO_WAIT_SECONDS
 
-    def labelled(self, obj: dict[str, Any]) -> bool:
+    def labelled(self, obj: Raw) -> bool:
         labels = obj.get("metadata", {}).get("labels") or {}
         return bool(labels.get(names.LABEL_NODE) == self.node)
 

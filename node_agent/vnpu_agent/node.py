@@ -20,7 +20,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from vnpu_agent import cdi
 from vnpu_agent.config import AgentSettings
@@ -31,6 +30,7 @@ from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.owned import OwnedIds
 from vnpu_agent.publisher import NodePublisher
 from vnpu_agent.serving import MAX_CREATE_ATTEMPTS, AllocationServer
+from vnpu_common.types import Raw
 from vnpu_common.workqueue import WorkQueue
 
 __all__ = ["MAX_CREATE_ATTEMPTS", "NodeAgent"]
@@ -58,7 +58,7 @@ class NodeAgent:
         self.clock = clock
         # The node's allocations as the watch last delivered them, by key:
         # what serving works on and what the VNPUNode's status counts.
-        self.allocs: dict[str, dict[str, Any]] = {}
+        self.allocs: dict[str, Raw] = {}
         self.view = DriverView(node, driver, settings, metrics)
         # self.clock is read at each call: it may be replaced (tests do).
         self.publisher = NodePublisher(
@@ -117,11 +117,11 @@ class NodeAgent:
 
     # -- wiring ------------------------------------------------------------
 
-    async def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+    async def on_event(self, kind: str, obj: Raw) -> None:
         """An event of the watch of the node's allocations."""
         await self.serving.on_event(kind, obj)
 
-    async def on_node_event(self, kind: str, obj: dict[str, Any]) -> None:
+    async def on_node_event(self, kind: str, obj: Raw) -> None:
         """An event of the VNPUNode watch for this node."""
         await self.publisher.on_node_event(kind, obj)
 

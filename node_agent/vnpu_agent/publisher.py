@@ -25,6 +25,7 @@ from vnpu_agent.mirror import NodeMirror
 from vnpu_common import names
 from vnpu_common.backoff import Backoff
 from vnpu_common.rawcall import describe
+from vnpu_common.types import Raw
 
 # The node agent's log, as before it was split in modules (its lines unchanged).
 log = logging.getLogger("vnpu_agent.node")
@@ -41,7 +42,7 @@ class NodePublisher:
         self,
         node: str,
         view: DriverView,
-        allocs: Mapping[str, dict[str, Any]],
+        allocs: Mapping[str, Raw],
         api: AgentApi,
         settings: AgentSettings,
         metrics: AgentMetrics,
@@ -178,7 +179,7 @@ class NodePublisher:
 
     # -- own VNPUNode ------------------------------------------------------
 
-    async def on_node_event(self, kind: str, obj: dict[str, Any]) -> None:
+    async def on_node_event(self, kind: str, obj: Raw) -> None:
         """An event of the VNPUNode watch for this node (DELETED also when
         the object lost the label the watch selects on)."""
         self.mirror.on_event(kind, obj)

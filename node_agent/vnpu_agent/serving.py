@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -44,6 +43,7 @@ from vnpu_common import names
 from vnpu_common.api.models import VNPUAllocation, find_condition, set_condition
 from vnpu_common.backoff import Backoff
 from vnpu_common.informer import key_of
+from vnpu_common.types import Raw
 from vnpu_common.workqueue import RetryLater, WorkQueue
 
 # The node agent's log, as before it was split in modules (its lines unchanged).
@@ -59,7 +59,7 @@ class AllocationRecord:
     """One allocation on one trip through the helpers."""
 
     key: str  # namespace/name, the work queue's key
-    obj: dict[str, Any]  # as the watch delivered it: what patches and Events name
+    obj: Raw  # as the watch delivered it: what patches and Events name
     model: VNPUAllocation  # obj, parsed
 
 
@@ -69,7 +69,7 @@ class AllocationServer:
         node: str,
         view: DriverView,
         publisher: NodePublisher,
-        allocs: dict[str, dict[str, Any]],
+        allocs: dict[str, Raw],
         api: AgentApi,
         settings: AgentSettings,
         metrics: AgentMetrics,
@@ -100,7 +100,7 @@ class AllocationServer:
 
     # -- watch events --------------------------------------------------------
 
-    async def on_event(self, kind: str, obj: dict[str, Any]) -> None:
+    async def on_event(self, kind: str, obj: Raw) -> None:
         key = key_of(obj)
         echo = self._echoes.pop(key, None)
         if kind == "DELETED":
