@@ -98,12 +98,20 @@ demo-node: $(STAMP) plane node-tools image ## the story on a real node (root): c
 	PYTHONPATH=$(PYPATH) $(PY) e2e/demo_node.py
 
 .PHONY: bench
-bench: $(STAMP) plane ## scale benchmark: 200 nodes, 2000 pods at 20/s (bench/results.json)
-	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 200 --pods 2000 --rate 20 --out bench/results.json
+bench: $(STAMP) plane ## scale benchmark with the floors: 200 nodes, 1000 pods at 10/s (about 11 min on 2 cores; bench/results.json)
+	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 200 --pods 1000 --rate 10 --out bench/results.json
+
+.PHONY: bench-10pps
+bench-10pps: $(STAMP) plane ## the same 200-node churn without the floors (about 6 min; bench/results-10pps.json)
+	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 200 --pods 1000 --rate 10 --no-floors --no-floor-replay --out bench/results-10pps.json
+
+.PHONY: bench-pyspy
+bench-pyspy: $(STAMP) plane ## the 200-node churn without the floors, py-spy sampling where the CPU goes (about 6 min; bench/results-pyspy.json)
+	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 200 --pods 1000 --rate 10 --no-floors --no-floor-replay --pyspy --out bench/results-pyspy.json
 
 .PHONY: bench-rate
 bench-rate: $(STAMP) plane ## floors and the sustainable rate (p99 ungated <= 1 s), ours vs plain pods, 20 nodes (minutes)
-	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 20 --pods 600 --rate 20 --rate-search --out bench/results-20n-floors.json
+	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 20 --pods 600 --rate 20 --rate-search --rate-search-budget 150 --out bench/results-20n-floors.json
 
 .PHONY: bench-1000
 bench-1000: $(STAMP) plane ## 1000 nodes x 8 chips, 4 agent processes, 1000 pods at 10/s, no floors (about 15 min on 2 cores; bench/results-1000.json)
@@ -120,6 +128,10 @@ bench-policies: $(STAMP) plane ## API server CPU per plain pod with and without 
 .PHONY: bench-quick
 bench-quick: $(STAMP) plane ## small benchmark (20 nodes, 200 pods); fails on a correctness counter
 	PYTHONPATH=$(PYPATH) $(PY) -m bench --quick
+
+.PHONY: bench-quick-floors
+bench-quick-floors: $(STAMP) plane ## the small benchmark with the floors: CPU per pod, latencies (about 3 min; bench/results-quick-floors.json)
+	PYTHONPATH=$(PYPATH) $(PY) -m bench --quick --floors --out bench/results-quick-floors.json
 
 .PHONY: cluster-up
 cluster-up: $(STAMP) plane ## start a local plane in .localplane/ and print KUBECONFIG
