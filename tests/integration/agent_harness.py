@@ -8,8 +8,18 @@ from typing import Any
 
 import yaml
 
-from localplane import LocalPlane
+from localplane import LocalPlane, NodeSpec
+from localplane.components import AGENT_NAMESPACE
 from vnpu_common import names
+
+
+def add_node(plane: LocalPlane, name: str, chips: dict[str, int]) -> str:
+    """Adds kwok node `name` with simulated `chips`, and the agents' namespace if
+    missing; returns the name."""
+    plane.add_nodes([NodeSpec(name=name, chips=chips)])
+    if plane.kubectl("get", "namespace", AGENT_NAMESPACE, check=False).returncode != 0:
+        plane.kubectl("create", "namespace", AGENT_NAMESPACE)
+    return name
 
 
 def allocation(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,49 @@ def purge_foreign(plane: LocalPlane, ours: list[str] | tuple[str, ...]) -> None:
         plane.kubectl(
             "patch", *where, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False
         )
+
+
+def pod_running(
+    plane: LocalPlane, namespace: str, name: str, *, timeout: float = 60, interval: float = 0.3
+) -> dict[str, Any]:
+    """The pod once its phase is Running."""
+
+    def check() -> dict[str, Any] | None:
+        p = get_json(plane, "pod", "-n", namespace, name)
+        return p if p and (p.get("status") or {}).get("phase") == "Running" else None
+
+    pod: dict[str, Any] = wait_for(f"pod {name} Running", check, timeout=timeout, interval=interval)
+    return pod
+
+
+def pod_waiting(
+    plane: LocalPlane, namespace: str, name: str, *, timeout: float = 60, interval: float = 0.3
+) -> dict[str, Any]:
+    """The pod's Allocated=False condition, once the operator set it: the pod waits
+    for capacity (so it stays gated)."""
+
+    def check() -> dict[str, Any] | None:
+        p = get_json(plane, "pod", "-n", namespace, name) or {}
+        for cond in (p.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == names.POD_COND_ALLOCATED and cond.get("status") == "False":
+                return dict(cond)
+        return None
+
+    cond: dict[str, Any] = wait_for(
+        f"pod {name} waiting", check, timeout=timeout, interval=interval
+    )
+    return cond
+
+
+def pod_gone(
+    plane: LocalPlane, namespace: str, name: str, *, timeout: float = 90, interval: float = 0.5
+) -> None:
+    wait_for(
+        f"pod {name} gone",
+        lambda: get_json(plane, "pod", "-n", namespace, name) is None,
+        timeout=timeout,
+        interval=interval,
+    )
 
 
 OUR_AGENTS = (names.USER_AGENT_OPERATOR, names.USER_AGENT_AGENT)
@@ -159,3 +203,8 @@ class Stack:
                     "delete", "lease", "-n", AGENT_NAMESPACE, names.lease_name(node),
                     "--wait=false", check=False,
                 )  # fmt: skip
+
+
+StackOf = Callable[..., Stack]
+"""The `stack_of` fixture (conftest.py): `stack_of(nodes, agent_extra=...,
+operator_extra=...)` starts a Stack, closed after the module's last test."""

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_harness import allocation, create, get_alloc, phase
+from agent_harness import add_node, allocation, create, get_alloc, phase
 from prometheus_client.parser import text_string_to_metric_families
 
-from localplane import LocalPlane, NodeSpec
+from localplane import LocalPlane
 from localplane.components import AGENT_NAMESPACE, AgentProcess, vnpu_ids
 from localplane.waiting import wait_for
 from vnpu_common import names
@@ -26,11 +26,7 @@ _counter = iter(range(1000))
 @pytest.fixture
 def node(plane: LocalPlane) -> str:
     """A fresh kwok node with 2 simulated 910B3 chips and 1 310P3 chip."""
-    name = f"agent-node-{next(_counter)}"
-    plane.add_nodes([NodeSpec(name=name, chips={"910B3": 2, "310P3": 1})])
-    if plane.kubectl("get", "namespace", AGENT_NAMESPACE, check=False).returncode != 0:
-        plane.kubectl("create", "namespace", AGENT_NAMESPACE)
-    return name
+    return add_node(plane, f"agent-node-{next(_counter)}", {"910B3": 2, "310P3": 1})
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_harness import allocation, create, get_alloc, phase
+from agent_harness import add_node, allocation, create, get_alloc, phase
 
-from localplane import LocalPlane, NodeSpec
-from localplane.components import AGENT_NAMESPACE, AgentProcess, vnpu_ids
+from localplane import LocalPlane
+from localplane.components import AgentProcess, vnpu_ids
 from localplane.plane import PlaneError
 from localplane.waiting import wait_for
 from vnpu_common import names
@@ -35,11 +35,7 @@ _counter = iter(range(1000))
 
 @pytest.fixture
 def node(plane: LocalPlane) -> str:
-    name = f"restart-node-{next(_counter)}"
-    plane.add_nodes([NodeSpec(name=name, chips={"910B3": CHIPS})])
-    if plane.kubectl("get", "namespace", AGENT_NAMESPACE, check=False).returncode != 0:
-        plane.kubectl("create", "namespace", AGENT_NAMESPACE)
-    return name
+    return add_node(plane, f"restart-node-{next(_counter)}", {"910B3": CHIPS})
 
 
 @pytest.fixture

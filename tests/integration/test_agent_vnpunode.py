@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import allocation, create, get_alloc, phase
+from agent_harness import add_node, allocation, create, get_alloc, phase
 from operator_harness import audit_since, component
 
-from localplane import LocalPlane, NodeSpec
-from localplane.components import AGENT_NAMESPACE, AgentProcess
+from localplane import LocalPlane
+from localplane.components import AgentProcess
 from localplane.waiting import wait_for
 from vnpu_common import names
 
@@ -33,11 +33,7 @@ _counter = iter(range(1000))
 
 @pytest.fixture
 def node(plane: LocalPlane) -> str:
-    name = f"vnn-node-{next(_counter)}"
-    plane.add_nodes([NodeSpec(name=name, chips={"910B3": 2})])
-    if plane.kubectl("get", "namespace", AGENT_NAMESPACE, check=False).returncode != 0:
-        plane.kubectl("create", "namespace", AGENT_NAMESPACE)
-    return name
+    return add_node(plane, f"vnn-node-{next(_counter)}", {"910B3": 2})
 
 
 @pytest.fixture

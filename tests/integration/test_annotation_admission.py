@@ -9,12 +9,10 @@ Node (name unique to this file, prefix `ann-`): ann-a, 1 x 910B3.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_harness import Stack, get_json, pod_allocations
+from operator_harness import Stack, StackOf, get_json, pod_allocations
 
 from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
@@ -46,25 +44,18 @@ def create(plane: LocalPlane, pod: dict[str, Any], *dry_run: str) -> tuple[int, 
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("annotations")),
-        [NodeSpec(name=NODE, chips={"910B3": 1})],
-    ).start()
-    try:
-        # The webhook refuses every template until the operator's cache knows
-        # what the cluster offers: wait for that by a server-side dry run.
-        probe = manifest("ann-probe", "default", {})
-        wait_for(
-            "webhook admits a pod",
-            lambda: create(plane, probe, "--dry-run=server")[0] == 0,
-            timeout=60,
-            interval=0.5,
-        )
-        yield s
-    finally:
-        s.close()
+def stack(plane: LocalPlane, stack_of: StackOf) -> Stack:
+    s = stack_of([NodeSpec(name=NODE, chips={"910B3": 1})])
+    # The webhook refuses every template until the operator's cache knows
+    # what the cluster offers: wait for that by a server-side dry run.
+    probe = manifest("ann-probe", "default", {})
+    wait_for(
+        "webhook admits a pod",
+        lambda: create(plane, probe, "--dry-run=server")[0] == 0,
+        timeout=60,
+        interval=0.5,
+    )
+    return s
 
 
 def test_spaced_and_repeated_containers_are_admitted_and_placed(

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_harness import OUR_AGENTS, Stack, audit_since, component, get_json
+from operator_harness import OUR_AGENTS, Stack, StackOf, audit_since, component, get_json
 
 from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
@@ -29,17 +27,13 @@ BUDGET = 8
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(stack_of: StackOf) -> Stack:
     # The agent's production coalescing interval for VNPUNode writes (the
     # harness default is 0.2 s, for fast tests).
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("writes")),
+    return stack_of(
         [NodeSpec(name="wr-a", chips={"910B3": 4})],
         agent_extra=["--inventory-min-interval-seconds=5"],
-    ).start()
-    yield s
-    s.close()
+    )
 
 
 def what(event: dict[str, Any]) -> str:

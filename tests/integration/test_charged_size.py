@@ -15,14 +15,12 @@ the test's pods, so the pod waits until a node of either model has the label.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from operator_harness import Stack, get_json, pod_allocations
-from test_cordon import running, waiting
+from operator_harness import Stack, StackOf, get_json, pod_allocations, pod_running, pod_waiting
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AGENT_NAMESPACE, AgentProcess
@@ -38,16 +36,10 @@ TEMPLATE = "vir04"
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("charged-size")),
+def stack(stack_of: StackOf) -> Stack:
+    return stack_of(
         [NodeSpec(name=SMALL, chips={"910": 1})],
-    ).start()
-    try:
-        yield s
-    finally:
-        s.close()
+    )
 
 
 def create(plane: LocalPlane, manifest: dict[str, Any]) -> subprocess.CompletedProcess[str]:
@@ -72,14 +64,14 @@ def test_a_node_of_another_model_joining_mid_wait_does_not_get_a_pod_charged_oth
     assert made.returncode == 0, made.stderr
     p = get_json(plane, "pod", "-n", namespace, "small")
     assert charge(p) == {names.RES_AICORE: "4", names.RES_MEMORY_MB: "4096", names.RES_VNPUS: "1"}
-    waiting(plane, namespace, "small")
+    pod_waiting(plane, namespace, "small")
 
     plane.add_nodes([NodeSpec(name=BIG, chips={"310P3": 1}, labels={LABEL: "late"})])
     agent = AgentProcess(plane, tmp_path / "agent", [BIG]).start()
     try:
 
         def told() -> dict[str, Any] | None:
-            cond = waiting(plane, namespace, "small")
+            cond = pod_waiting(plane, namespace, "small")
             return cond if Reason.CHARGED_SIZE.label in cond["message"] else None
 
         cond = wait_for("small told of its charge", told, timeout=60, interval=0.3)
@@ -90,7 +82,7 @@ def test_a_node_of_another_model_joining_mid_wait_does_not_get_a_pod_charged_oth
         made = create(plane, vnpu_pod("big", namespace, template=TEMPLATE, chip_model="310P3",
                                       node_selector={LABEL: "late"}))  # fmt: skip
         assert made.returncode == 0, made.stderr
-        big = running(plane, namespace, "big")
+        big = pod_running(plane, namespace, "big")
         assert big["spec"]["nodeName"] == BIG
         assert charge(big)[names.RES_MEMORY_MB] == "12288"
         # Free capacity on the 310P3 all along: the small pod still waits, holding nothing.
@@ -99,7 +91,7 @@ def test_a_node_of_another_model_joining_mid_wait_does_not_get_a_pod_charged_oth
         assert pod_allocations(plane, namespace, p["metadata"]["uid"]) == []
         # A node of its size becomes one of its nodes: placed there.
         plane.kubectl("label", "node", SMALL, f"{LABEL}=late")
-        assert running(plane, namespace, "small")["spec"]["nodeName"] == SMALL
+        assert pod_running(plane, namespace, "small")["spec"]["nodeName"] == SMALL
         (alloc,) = pod_allocations(plane, namespace, p["metadata"]["uid"])
         assert alloc["spec"]["nodeName"] == SMALL
         plane.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=true", timeout=120)

@@ -27,6 +27,8 @@ from operator_harness import (
     delete_vnpu_pods,
     get_json,
     pod_allocations,
+    pod_gone,
+    pod_running,
     purge_foreign,
 )
 
@@ -176,21 +178,11 @@ def release(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def running(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        p = get_json(plane, "pod", "-n", namespace, name)
-        return p if p and p["status"].get("phase") == "Running" else None
-
-    pod: dict[str, Any] = wait_for(f"pod {name} Running", check, timeout=120, interval=0.5)
-    return pod
+    return pod_running(plane, namespace, name, timeout=120, interval=0.5)
 
 
 def gone(plane: LocalPlane, namespace: str, name: str) -> None:
-    wait_for(
-        f"pod {name} gone",
-        lambda: get_json(plane, "pod", "-n", namespace, name) is None,
-        timeout=120,
-        interval=0.5,
-    )
+    pod_gone(plane, namespace, name, timeout=120)
 
 
 def create(plane: LocalPlane, pod: dict[str, Any]) -> None:

@@ -8,12 +8,10 @@ Who may write the cordon: tests/integration/test_chart.py
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_harness import Stack, get_json, pod_allocations
+from operator_harness import Stack, StackOf, get_json, pod_allocations, pod_running, pod_waiting
 from prometheus_client.parser import text_string_to_metric_families
 
 from localplane import LocalPlane, NodeSpec
@@ -31,27 +29,14 @@ PER_CHIP = 4
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("cordon")),
+def stack(stack_of: StackOf) -> Stack:
+    return stack_of(
         [NodeSpec(name=n, chips={"910B3": 2}, labels={LABEL: n}) for n in (CORDON, SICK)],
-    ).start()
-    yield s
-    s.close()
+    )
 
 
 def pod_on(namespace: str, name: str, node: str) -> dict[str, Any]:
     return vnpu_pod(name, namespace, template=TEMPLATE, node_selector={LABEL: node})
-
-
-def running(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        p = get_json(plane, "pod", "-n", namespace, name)
-        return p if p and (p.get("status") or {}).get("phase") == "Running" else None
-
-    pod: dict[str, Any] = wait_for(f"pod {name} Running", check, timeout=60, interval=0.3)
-    return pod
 
 
 def chip_of(plane: LocalPlane, pod: dict[str, Any]) -> int:
@@ -59,18 +44,6 @@ def chip_of(plane: LocalPlane, pod: dict[str, Any]) -> int:
     (alloc,) = pod_allocations(plane, meta["namespace"], meta["uid"])
     assert alloc["status"]["phase"] == names.PHASE_READY
     return int(alloc["spec"]["chip"])
-
-
-def waiting(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        p = get_json(plane, "pod", "-n", namespace, name) or {}
-        for cond in (p.get("status") or {}).get("conditions") or []:
-            if cond.get("type") == names.POD_COND_ALLOCATED and cond.get("status") == "False":
-                return dict(cond)
-        return None
-
-    cond: dict[str, Any] = wait_for(f"pod {name} waiting", check, timeout=60, interval=0.3)
-    return cond
 
 
 def unavailable(stack: Stack, node: str) -> dict[tuple[str, str], float]:
@@ -122,14 +95,14 @@ def fill_other_chip(
     for i in range(n):
         plane.apply(pod_on(namespace, f"fill-{i}", node))
     for i in range(n):
-        assert chip_of(plane, running(plane, namespace, f"fill-{i}")) == 1 - spared
+        assert chip_of(plane, pod_running(plane, namespace, f"fill-{i}")) == 1 - spared
 
 
 def test_cordoned_chip_gets_nothing_new_and_uncordon_wakes_a_waiting_pod(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
     plane.apply(pod_on(namespace, "before", CORDON))
-    before = running(plane, namespace, "before")
+    before = pod_running(plane, namespace, "before")
     chip = chip_of(plane, before)
     vnpu_before = vnpu_ids(stack.agent.sim(CORDON))
 
@@ -148,7 +121,7 @@ def test_cordoned_chip_gets_nothing_new_and_uncordon_wakes_a_waiting_pod(
     # The other chip still takes new vNPUs, up to full; the cordoned one takes none.
     fill_other_chip(plane, namespace, CORDON, spared=chip)
     plane.apply(pod_on(namespace, "waiter", CORDON))
-    cond = waiting(plane, namespace, "waiter")
+    cond = pod_waiting(plane, namespace, "waiter")
     assert cond["reason"] == names.REASON_WAITING
     # Its own chip is full; uncordoning the other is what would let it in.
     assert "1 chip cordoned" in cond["message"], cond
@@ -161,7 +134,7 @@ def test_cordoned_chip_gets_nothing_new_and_uncordon_wakes_a_waiting_pod(
     assert vnpu_before.items() <= vnpu_ids(stack.agent.sim(CORDON)).items()
 
     uncordon_all(plane, CORDON)
-    assert chip_of(plane, running(plane, namespace, "waiter")) == chip
+    assert chip_of(plane, pod_running(plane, namespace, "waiter")) == chip
     column_shows(plane, CORDON, "CORDONED", "")
     wait_for("operator sees the uncordon", lambda: unavailable(stack, CORDON) == {}, timeout=30)
 
@@ -187,7 +160,7 @@ def test_an_unhealthy_chip_is_avoided_and_recovers(
 ) -> None:
     sim = stack.agent.sim(SICK)
     plane.apply(pod_on(namespace, "before", SICK))
-    before = running(plane, namespace, "before")
+    before = pod_running(plane, namespace, "before")
     chip = chip_of(plane, before)
 
     sim.set_chip_health(chip, False)
@@ -214,7 +187,7 @@ def test_an_unhealthy_chip_is_avoided_and_recovers(
 
     fill_other_chip(plane, namespace, SICK, spared=chip)
     plane.apply(pod_on(namespace, "waiter", SICK))
-    cond = waiting(plane, namespace, "waiter")
+    cond = pod_waiting(plane, namespace, "waiter")
     assert cond["reason"] == names.REASON_WAITING
     # An unhealthy chip is checked before capacity: the node names its full chip.
     assert "1 insufficient AICore" in cond["message"], cond
@@ -224,7 +197,7 @@ def test_an_unhealthy_chip_is_avoided_and_recovers(
     assert again["status"]["phase"] == "Running"
 
     sim.set_chip_health(chip, True)
-    assert chip_of(plane, running(plane, namespace, "waiter")) == chip
+    assert chip_of(plane, pod_running(plane, namespace, "waiter")) == chip
     wait_for(
         "ChipsHealthy=True",
         lambda: (c := chips_healthy(plane, SICK)) and c["status"] == "True",

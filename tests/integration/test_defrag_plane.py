@@ -8,12 +8,9 @@ exactly the promised number of the largest template can then be placed."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from operator_harness import Stack, audit_since, get_json
+from operator_harness import Stack, StackOf, audit_since, get_json, pod_running
 from test_kubectl_vnpu import kubectl_vnpu, pod_json
 
 from localplane import LocalPlane, NodeSpec
@@ -26,31 +23,11 @@ SMALL, LARGEST = "vir05_1c_16g", "vir10_3c_32g"
 
 
 @pytest.fixture
-def stack(plane: LocalPlane, tmp_path: Path) -> Iterator[Stack]:
+def stack(stack_of_test: StackOf) -> Stack:
     """Two nodes of one 910B3 chip each; the operator spreads."""
-    running = Stack(
-        plane,
-        tmp_path / "stack",
-        [NodeSpec(name=n, chips={"910B3": 1}) for n in NODES],
-        operator_extra=["--policy=spread"],
-    ).start()
-    try:
-        yield running
-    finally:
-        running.close()
-
-
-def running(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
-    wait_for(
-        f"{namespace}/{name} Running",
-        lambda: (
-            (pod_json(plane, namespace, name) or {}).get("status", {}).get("phase") == "Running"
-        ),
-        timeout=60,
+    return stack_of_test(
+        [NodeSpec(name=n, chips={"910B3": 1}) for n in NODES], operator_extra=["--policy=spread"]
     )
-    pod = pod_json(plane, namespace, name)
-    assert pod is not None
-    return pod
 
 
 def held(plane: LocalPlane, namespace: str) -> dict[str, tuple[str, int]]:
@@ -79,9 +56,9 @@ def test_the_suggestion_applied_frees_the_chip_and_fits_what_it_promised(
     # Spread: the first pod goes to df-a, the second to the emptier df-b.
     for name in ("p0", "p1"):
         plane.apply(vnpu_pod(name, namespace, template=SMALL))
-        running(plane, namespace, name)
+        pod_running(plane, namespace, name)
     assert sorted(held(plane, namespace).values()) == [("df-a", 0), ("df-b", 0)]
-    uids = {n: running(plane, namespace, n)["metadata"]["uid"] for n in ("p0", "p1")}
+    uids = {n: pod_running(plane, namespace, n)["metadata"]["uid"] for n in ("p0", "p1")}
 
     offset = plane.audit_log.stat().st_size
     out = kubectl_vnpu(plane, "defrag", "-o", "json", "--policy", "spread")
@@ -108,7 +85,7 @@ def test_the_suggestion_applied_frees_the_chip_and_fits_what_it_promised(
     assert step["wholeChips"] == [{"node": source[0], "chip": source[1]}]
 
     # The command changed nothing: same pods, same vNPUs, no writes.
-    assert {n: running(plane, namespace, n)["metadata"]["uid"] for n in uids} == uids
+    assert {n: pod_running(plane, namespace, n)["metadata"]["uid"] for n in uids} == uids
     assert sorted(held(plane, namespace).values()) == [("df-a", 0), ("df-b", 0)]
     assert writes_by_others(plane, offset) == []
 
@@ -119,7 +96,7 @@ def test_the_suggestion_applied_frees_the_chip_and_fits_what_it_promised(
         # Waits for the finalizer: the vNPU is destroyed when it returns.
         plane.kubectl("delete", "pod", "-n", namespace, moved, "--timeout=60s")
         plane.apply(vnpu_pod(moved, namespace, template=SMALL))
-        running(plane, namespace, moved)
+        pod_running(plane, namespace, moved)
         assert held(plane, namespace)[moved] == (move["to"]["node"], move["to"]["chips"][0])
     finally:
         uncordon = kubectl_vnpu(plane, "uncordon", source[0], str(source[1]))
@@ -135,7 +112,7 @@ def test_the_suggestion_applied_frees_the_chip_and_fits_what_it_promised(
     for i in range(promised):
         plane.apply(vnpu_pod(f"big{i}", namespace, template=LARGEST))
     for i in range(promised):
-        running(plane, namespace, f"big{i}")
+        pod_running(plane, namespace, f"big{i}")
     plane.apply(vnpu_pod("one-more", namespace, template=LARGEST))
     wait_for(
         "one-more told it waits",

@@ -15,15 +15,13 @@ import gzip
 import json
 import re
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import promql_parser
 import pytest
 import yaml
 from chart_harness import template
-from operator_harness import Stack, get_json
+from operator_harness import Stack, StackOf, get_json
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
@@ -50,14 +48,10 @@ PROMETHEUS_OWN = frozenset({"up"})
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("metrics")),
+def stack(stack_of: StackOf) -> Stack:
+    return stack_of(
         [NodeSpec(name=NODE, chips={"910B3": 2}, labels={"metrics-test": NODE})],
-    ).start()
-    yield s
-    s.close()
+    )
 
 
 def scrape(port: int) -> tuple[urllib.response.addinfourl, bytes]:

@@ -17,13 +17,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from operator_harness import Stack, get_json, pod_allocations
-from test_cordon import running, waiting
+from operator_harness import Stack, StackOf, get_json, pod_allocations, pod_running, pod_waiting
 from test_protection import User, admin, tenant
 
 from localplane import LocalPlane, NodeSpec
@@ -45,7 +43,7 @@ RECORD = f"metadata.annotations[{names.ANN_NOMINATED_NODE}]"
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(plane: LocalPlane, stack_of: StackOf) -> Iterator[Stack]:
     for name, value in ((LOW, 100), (HIGH, 1000)):
         plane.apply(
             {
@@ -58,16 +56,12 @@ def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                 "preemptionPolicy": "Never",
             }
         )
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("nominations")),
-        [NodeSpec(name=NODE, chips={"910B3": 1}, labels={LABEL: NODE})],
-        operator_extra=list(ON),
-    ).start()
     try:
-        yield s
+        yield stack_of(
+            [NodeSpec(name=NODE, chips={"910B3": 1}, labels={LABEL: NODE})],
+            operator_extra=list(ON),
+        )
     finally:
-        s.close()
         for name in (LOW, HIGH):
             plane.kubectl("delete", "priorityclass", name, check=False)
 
@@ -118,7 +112,7 @@ def test_a_tenant_with_pods_status_cannot_nominate_a_node_nor_write_the_claims_r
 ) -> None:
     # Gated for good: no node has the label it selects.
     create(plane, pod(namespace, "mine", where="nowhere"))
-    waiting(plane, namespace, "mine")
+    pod_waiting(plane, namespace, "mine")
     out = tenant.denied(NOMINATION, *nominate("mine", NODE))
     assert "only the vnpu-operator and the scheduler may" in out, out
     assert "ValidatingAdmissionPolicy" in out, out
@@ -153,7 +147,7 @@ def test_an_exempt_admins_nomination_of_a_gated_pod_is_cleared_and_the_node_fill
     try:
         # Waits for good (no node has its label), charged one vNPU of TEMPLATE.
         create(plane, pod(namespace, "parked", where="nowhere"))
-        waiting(plane, namespace, "parked")
+        pod_waiting(plane, namespace, "parked")
         admin.ok(*nominate("parked", NODE))
         wait_for("nomination cleared", lambda: nominated(plane, namespace, "parked") == "",
                  timeout=30, interval=0.2)  # fmt: skip
@@ -163,7 +157,7 @@ def test_an_exempt_admins_nomination_of_a_gated_pod_is_cleared_and_the_node_fill
         for i in range(4):
             create(plane, pod(namespace, f"fill{i}"))
         for i in range(4):
-            assert running(plane, namespace, f"fill{i}")["spec"]["nodeName"] == NODE
+            assert pod_running(plane, namespace, f"fill{i}")["spec"]["nodeName"] == NODE
         assert nominated(plane, namespace, "parked") == ""
         p = gated(plane, namespace, "parked")
         assert pod_allocations(plane, namespace, p["metadata"]["uid"]) == []
@@ -184,11 +178,11 @@ def test_a_forged_nomination_is_not_restored_as_a_claim_across_an_operator_resta
     for i in range(4):
         create(plane, pod(namespace, f"low{i}"))
     for i in range(4):
-        running(plane, namespace, f"low{i}")
+        pod_running(plane, namespace, f"low{i}")
     high = pod(namespace, "high", HIGH)
     high["metadata"]["annotations"][names.ANN_COUNT] = "2"
     create(plane, high)
-    waiting(plane, namespace, "high")
+    pod_waiting(plane, namespace, "high")
     stack.agent.kill()  # low0's vNPU stays until the agent is back (its Lease: 40 s)
     try:
         stack.operator.kill()  # SIGKILL, as in a crash
@@ -204,15 +198,15 @@ def test_a_forged_nomination_is_not_restored_as_a_claim_across_an_operator_resta
         assert "was not written by the vnpu-operator; cleared" in log, log
         # Nothing is held for it: a low pod waits for capacity, not behind a claim.
         create(plane, pod(namespace, "late"))
-        cond = waiting(plane, namespace, "late")
+        cond = pod_waiting(plane, namespace, "late")
         assert cond["reason"] == names.REASON_WAITING, cond
         assert "capacity held for a preempting pod" not in cond["message"], cond
-        cond = waiting(plane, namespace, "high")
+        cond = pod_waiting(plane, namespace, "high")
         assert cond["reason"] == names.REASON_WAITING, cond
     finally:
         stack.agent.start()
     # low0's vNPU goes: the low pod that fits takes it; high still waits for two.
-    assert running(plane, namespace, "late")["spec"]["nodeName"] == NODE
+    assert pod_running(plane, namespace, "late")["spec"]["nodeName"] == NODE
     assert nominated(plane, namespace, "high") == ""
     p = gated(plane, namespace, "high")
     assert pod_allocations(plane, namespace, p["metadata"]["uid"]) == []

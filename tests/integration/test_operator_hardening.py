@@ -15,11 +15,10 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_harness import Stack, get_json, pod_allocations
+from operator_harness import Stack, StackOf, get_json, pod_allocations
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import vnpu_ids
@@ -35,7 +34,7 @@ CONVERGE_SECONDS = 2
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(stack_of: StackOf) -> Stack:
     nodes = [
         NodeSpec(name="hd-a", chips={"910B3": 4}),
         NodeSpec(
@@ -44,16 +43,7 @@ def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             taints=[{"key": TAINT, "value": "x", "effect": "NoSchedule"}],
         ),
     ]
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("hardening")),
-        nodes,
-        operator_extra=[f"--converge-seconds={CONVERGE_SECONDS}"],
-    ).start()
-    try:
-        yield s
-    finally:
-        s.close()
+    return stack_of(nodes, operator_extra=[f"--converge-seconds={CONVERGE_SECONDS}"])
 
 
 def _pod(name: str, ns: str, **kw: Any) -> dict[str, Any]:

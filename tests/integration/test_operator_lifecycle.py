@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from operator_harness import Stack, get_json, pod_allocations
+from operator_harness import Stack, StackOf, get_json, pod_allocations, pod_running
 from prometheus_client.parser import text_string_to_metric_families
 
 from localplane import LocalPlane, NodeSpec
@@ -52,7 +50,7 @@ def _reserved(node: str) -> NodeSpec:
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(plane: LocalPlane, stack_of: StackOf) -> Stack:
     nodes = [
         NodeSpec(name="lc-a", chips={"910B3": 2}),
         _reserved("lc-3"),
@@ -60,23 +58,20 @@ def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         _reserved("lc-m"),
         NodeSpec(name="lc-p", chips={"310P3": 1}),
     ]
-    s = Stack(plane, Path(tmp_path_factory.mktemp("lifecycle")), nodes).start()
-    try:
-        # The webhook checks against what the operator's cache says the cluster
-        # offers: wait until that covers every node's chips, probed by a
-        # server-side dry run (webhooks run, nothing is stored).
-        probe = vnpu_pod("lc-probe", "default", chip_model="lc-probe-model")
+    s = stack_of(nodes)
+    # The webhook checks against what the operator's cache says the cluster
+    # offers: wait until that covers every node's chips, probed by a
+    # server-side dry run (webhooks run, nothing is stored).
+    probe = vnpu_pod("lc-probe", "default", chip_model="lc-probe-model")
 
-        def offers_both_models() -> bool:
-            r = plane.kubectl(
-                "create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(probe), check=False
-            )
-            return "known models:" in r.stderr and "910B3" in r.stderr and "310P3" in r.stderr
+    def offers_both_models() -> bool:
+        r = plane.kubectl(
+            "create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(probe), check=False
+        )
+        return "known models:" in r.stderr and "910B3" in r.stderr and "310P3" in r.stderr
 
-        wait_for("webhook knows every chip model", offers_both_models, timeout=60, interval=0.5)
-        yield s
-    finally:
-        s.close()
+    wait_for("webhook knows every chip model", offers_both_models, timeout=60, interval=0.5)
+    return s
 
 
 # ---------------------------------------------------------------- helpers
@@ -93,15 +88,6 @@ def tolerate(manifest: dict[str, Any], node: str) -> dict[str, Any]:
 
 def get_pod(plane: LocalPlane, ns: str, name: str) -> dict[str, Any] | None:
     pod: dict[str, Any] | None = get_json(plane, "pod", "-n", ns, name)
-    return pod
-
-
-def running_pod(plane: LocalPlane, ns: str, name: str, timeout: float = 60) -> dict[str, Any]:
-    def running() -> dict[str, Any] | None:
-        p = get_pod(plane, ns, name)
-        return p if p and (p.get("status") or {}).get("phase") == "Running" else None
-
-    pod: dict[str, Any] = wait_for(f"pod {ns}/{name} Running", running, timeout=timeout)
     return pod
 
 
@@ -313,7 +299,7 @@ def test_mutation_adds_gate_finalizer_and_env_to_selected_containers(
         assert env_by_name(c).get(names.ENV_VNPU_SPECS) == {"name": names.ENV_VNPU_SPECS}, c
 
     # Not asking for vNPUs: untouched, scheduled as usual.
-    plain_pod = running_pod(plane, namespace, "plain")
+    plain_pod = pod_running(plane, namespace, "plain")
     assert not plain_pod["spec"].get("schedulingGates")
     assert names.POD_FINALIZER not in (plain_pod["metadata"].get("finalizers") or [])
     assert "env" not in plain_pod["spec"]["containers"][0]
@@ -336,7 +322,7 @@ def test_count_three_gets_three_distinct_vnpus_on_one_node(
         node_selector={"kubernetes.io/hostname": "lc-3"},
     )
     plane.apply(tolerate(pod, "lc-3"))
-    p = running_pod(plane, namespace, "three")
+    p = pod_running(plane, namespace, "three")
     allocs = pod_allocations(plane, namespace, p["metadata"]["uid"])
     assert len(allocs) == 3
     assert {a["spec"]["nodeName"] for a in allocs} == {"lc-3"}
@@ -384,7 +370,7 @@ def test_pod_waits_for_a_matching_node_then_runs_when_one_is_labelled(
     plane.kubectl("label", "node", "lc-b", "lc-zone=z1")
     try:
         # Nothing else changes: the Node update alone must get the pod placed.
-        p = running_pod(plane, namespace, "sel")
+        p = pod_running(plane, namespace, "sel")
         assert p["spec"]["nodeName"] == "lc-b"
         assert p["spec"]["nodeSelector"]["lc-zone"] == "z1"
         (alloc,) = pod_allocations(plane, namespace, p["metadata"]["uid"])
@@ -410,7 +396,7 @@ def test_terminal_pod_releases_its_vnpus_and_keeps_the_pod_object(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
     plane.apply(vnpu_pod("done", namespace))
-    p = running_pod(plane, namespace, "done")
+    p = pod_running(plane, namespace, "done")
     uid = p["metadata"]["uid"]
     (alloc,) = pod_allocations(plane, namespace, uid)
     node, vnpu_id = alloc["spec"]["nodeName"], alloc["spec"]["vnpuId"]
@@ -442,7 +428,7 @@ def test_container_restart_keeps_the_same_vnpu(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
     plane.apply(vnpu_pod("restart", namespace))
-    p = running_pod(plane, namespace, "restart")
+    p = pod_running(plane, namespace, "restart")
     uid = p["metadata"]["uid"]
     (before,) = pod_allocations(plane, namespace, uid)
     devices = visible_devices(p)
@@ -482,7 +468,7 @@ def test_running_pod_that_never_opens_its_vnpu_keeps_it(
 ) -> None:
     """Premature destroy: an allocated vNPU nobody opened was garbage-collected."""
     plane.apply(vnpu_pod("idle", namespace))
-    p = running_pod(plane, namespace, "idle")
+    p = pod_running(plane, namespace, "idle")
     (alloc,) = pod_allocations(plane, namespace, p["metadata"]["uid"])
     node, vnpu_id = alloc["spec"]["nodeName"], alloc["spec"]["vnpuId"]
     gc_before = sample_sum(
@@ -517,7 +503,7 @@ def test_allocation_deleted_by_hand_destroys_vnpu_and_warns_the_pod(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
     plane.apply(vnpu_pod("lost", namespace))
-    p = running_pod(plane, namespace, "lost")
+    p = pod_running(plane, namespace, "lost")
     uid = p["metadata"]["uid"]
     (alloc,) = pod_allocations(plane, namespace, uid)
     node, vnpu_id = alloc["spec"]["nodeName"], alloc["spec"]["vnpuId"]
@@ -554,7 +540,7 @@ def test_metrics_follow_an_allocation_and_forget_it_when_gone(
 
     pod = vnpu_pod("metered", namespace, node_selector={"kubernetes.io/hostname": "lc-m"})
     plane.apply(tolerate(pod, "lc-m"))
-    p = running_pod(plane, namespace, "metered")
+    p = pod_running(plane, namespace, "metered")
     (alloc,) = pod_allocations(plane, namespace, p["metadata"]["uid"])
     assert alloc["spec"]["nodeName"] == "lc-m"
 

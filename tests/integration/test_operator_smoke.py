@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_harness import Stack, get_json, pod_allocations
+from operator_harness import Stack, StackOf, get_json, pod_allocations
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import vnpu_ids
@@ -17,14 +15,10 @@ from vnpu_common import names
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("smoke")),
+def stack(stack_of: StackOf) -> Stack:
+    return stack_of(
         [NodeSpec(name="smoke-a", chips={"910B3": 2})],
-    ).start()
-    yield s
-    s.close()
+    )
 
 
 def test_pod_runs_on_its_vnpu_and_release_destroys_it(

@@ -20,14 +20,12 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from chart_harness import template
-from operator_harness import Stack, get_json, pod_allocations
-from test_cordon import running, waiting
+from operator_harness import Stack, StackOf, get_json, pod_allocations, pod_running, pod_waiting
 
 from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
@@ -46,7 +44,7 @@ ON = ["--preemption=true"]
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(plane: LocalPlane, stack_of: StackOf) -> Iterator[Stack]:
     for name, (value, policy) in CLASSES.items():
         body: dict[str, Any] = {
             "apiVersion": "scheduling.k8s.io/v1",
@@ -57,16 +55,12 @@ def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         if policy:
             body["preemptionPolicy"] = policy
         plane.apply(body)
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("preemption")),
-        [NodeSpec(name=NODE, chips={"910B3": 1}, labels={LABEL: NODE})],
-        operator_extra=list(ON),
-    ).start()
     try:
-        yield s
+        yield stack_of(
+            [NodeSpec(name=NODE, chips={"910B3": 1}, labels={LABEL: NODE})],
+            operator_extra=list(ON),
+        )
     finally:
-        s.close()
         for name in CLASSES:
             plane.kubectl("delete", "priorityclass", name, check=False)
 
@@ -86,7 +80,9 @@ def fill(plane: LocalPlane, namespace: str) -> dict[str, str]:
     """Four running pods of low priority: name -> uid."""
     for i in range(4):
         create(plane, pod(namespace, f"low{i}", LOW, app="low"))
-    return {f"low{i}": running(plane, namespace, f"low{i}")["metadata"]["uid"] for i in range(4)}
+    return {
+        f"low{i}": pod_running(plane, namespace, f"low{i}")["metadata"]["uid"] for i in range(4)
+    }
 
 
 def pods(plane: LocalPlane, namespace: str) -> dict[str, dict[str, Any]]:
@@ -118,7 +114,7 @@ def nominated(plane: LocalPlane, namespace: str, name: str) -> str:
 
 def reason_of(plane: LocalPlane, namespace: str, name: str, reason: str) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
-        cond = waiting(plane, namespace, name)
+        cond = pod_waiting(plane, namespace, name)
         return cond if cond.get("reason") == reason else None
 
     found: dict[str, Any] = wait_for(f"{name} waits with {reason}", check, timeout=60)
@@ -180,7 +176,7 @@ def test_a_higher_priority_pod_evicts_exactly_what_it_needs_and_its_room_is_held
         still_waits(plane, namespace, "third")
     finally:
         stack.agent.start()
-    placed = running(plane, namespace, "high")
+    placed = pod_running(plane, namespace, "high")
     assert placed["spec"]["nodeName"] == NODE
     wait_for("claim cleared", lambda: nominated(plane, namespace, "high") == "", timeout=30)
     # Exactly one victim, ever; the third still waits (the node is full again).
@@ -254,7 +250,7 @@ def test_a_disruption_budget_is_respected_then_preemption_retries(
     assert 'vnpu_operator_preemption_attempts_total{result="blocked"}' in (stack.operator.metrics())
     # The budget gone, the next try (backoff: 5 s) evicts one pod and places the pod.
     plane.kubectl("delete", "pdb", "-n", namespace, "keep-all")
-    assert running(plane, namespace, "high")["spec"]["nodeName"] == NODE
+    assert pod_running(plane, namespace, "high")["spec"]["nodeName"] == NODE
     assert len(untouched(plane, namespace, lows)) == 3
     cleanup(plane, namespace)
 
@@ -297,7 +293,7 @@ def test_an_operator_restart_between_eviction_and_placement_keeps_the_claim(
         assert len(untouched(plane, namespace, lows)) == 3
     finally:
         stack.agent.start()
-    assert running(plane, namespace, "high")["spec"]["nodeName"] == NODE
+    assert pod_running(plane, namespace, "high")["spec"]["nodeName"] == NODE
     wait_for("claim cleared", lambda: nominated(plane, namespace, "high") == "", timeout=30)
     still_waits(plane, namespace, "third")
     assert len(untouched(plane, namespace, lows)) == 3
@@ -320,7 +316,7 @@ def test_the_watch_of_a_preempting_pod_shows_its_nominated_node(
     )  # fmt: skip
     try:
         create(plane, pod(namespace, "high", HIGH))
-        running(plane, namespace, "high")
+        pod_running(plane, namespace, "high")
         wait_for("claim cleared", lambda: nominated(plane, namespace, "high") == "", timeout=30)
         time.sleep(1)
     finally:

@@ -17,13 +17,20 @@ Node layout (prefix `pr-`): pr-a, 2 x 910B3, the only node with an agent.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from operator_harness import Stack, get_json, pod_allocations
+from operator_harness import (
+    Stack,
+    StackOf,
+    get_json,
+    pod_allocations,
+    pod_gone,
+    pod_running,
+    pod_waiting,
+)
 from tenant_harness import ONLY_OPERATOR, User, make_tenant
 
 from localplane import LocalPlane, NodeSpec
@@ -49,16 +56,10 @@ FINALIZER = f"metadata.finalizers[{names.POD_FINALIZER}]"
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("protection")),
+def stack(stack_of: StackOf) -> Stack:
+    return stack_of(
         [NodeSpec(name=NODE, chips={"910B3": 2})],
-    ).start()
-    try:
-        yield s
-    finally:
-        s.close()
+    )
 
 
 @pytest.fixture
@@ -92,35 +93,18 @@ def pod_of(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
 
 
 def running(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        pod = get_json(plane, "pod", "-n", namespace, name)
-        return pod if pod and pod["status"].get("phase") == "Running" else None
-
-    pod: dict[str, Any] = wait_for(f"pod {name} Running", check, timeout=90, interval=0.5)
-    return pod
+    return pod_running(plane, namespace, name, timeout=90, interval=0.5)
 
 
 def waiting(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
     """The pod once the operator said it waits for capacity (so it stays gated)."""
-
-    def check() -> dict[str, Any] | None:
-        pod = get_json(plane, "pod", "-n", namespace, name) or {}
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if cond.get("type") == names.POD_COND_ALLOCATED and cond.get("status") == "False":
-                return pod
-        return None
-
-    pod: dict[str, Any] = wait_for(f"pod {name} waiting", check, timeout=90, interval=0.5)
+    pod_waiting(plane, namespace, name, timeout=90, interval=0.5)
+    pod: dict[str, Any] = get_json(plane, "pod", "-n", namespace, name)
     return pod
 
 
 def gone(plane: LocalPlane, namespace: str, name: str) -> None:
-    wait_for(
-        f"pod {name} gone",
-        lambda: get_json(plane, "pod", "-n", namespace, name) is None,
-        timeout=90,
-        interval=0.5,
-    )
+    pod_gone(plane, namespace, name, timeout=90)
 
 
 def visible(pod: dict[str, Any]) -> str | None:

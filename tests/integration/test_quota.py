@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from operator_harness import Stack, get_json, pod_allocations
-from test_cordon import running, waiting
+from operator_harness import Stack, StackOf, get_json, pod_allocations, pod_running, pod_waiting
 
 from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
@@ -34,14 +31,10 @@ CAPACITY = 8  # pods of TEMPLATE on the node's two chips
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("quota")),
+def stack(stack_of: StackOf) -> Stack:
+    return stack_of(
         [NodeSpec(name=NODE, chips={"910B3": 2}, labels={LABEL: NODE})],
-    ).start()
-    yield s
-    s.close()
+    )
 
 
 def pod(namespace: str, name: str, count: int = 1) -> dict[str, Any]:
@@ -141,16 +134,16 @@ def test_an_over_quota_burst_is_refused_and_another_namespace_is_unaffected(
         for i in range(2):
             assert create(plane, pod(other, f"b{i}")).returncode == 0
         for name in ("a0", "a1", "a2"):
-            running(plane, namespace, name)
+            pod_running(plane, namespace, name)
         for name in ("b0", "b1"):
-            running(plane, other, name)
+            pod_running(plane, other, name)
         assert used(plane, other)[f"requests.{VNPUS}"] == "2"
 
         # Freed quota lets the next pod in.
         delete(plane, namespace, "a0")
         wait_for("quota freed", lambda: create(plane, pod(namespace, "a6")).returncode == 0,
                  timeout=30, interval=0.5)  # fmt: skip
-        running(plane, namespace, "a6")
+        pod_running(plane, namespace, "a6")
         assert used(plane, namespace)[f"requests.{AICORE}"] == "15"
     finally:
         plane.kubectl("delete", "pods", "--all", "-n", other, "--wait=true", timeout=120)
@@ -168,8 +161,8 @@ def test_quota_and_capacity_are_judged_apart(
             assert create(plane, pod(namespace, f"fill-{i}")).returncode == 0
         assert create(plane, pod(namespace, "waiter")).returncode == 0
         for i in range(CAPACITY):
-            running(plane, namespace, f"fill-{i}")
-        assert waiting(plane, namespace, "waiter")["reason"] == names.REASON_WAITING
+            pod_running(plane, namespace, f"fill-{i}")
+        assert pod_waiting(plane, namespace, "waiter")["reason"] == names.REASON_WAITING
 
         # Fits the node, not the quota: refused, although a deletion frees a chip's room.
         set_quota(plane, namespace, vnpus=CAPACITY + 1)
@@ -179,7 +172,7 @@ def test_quota_and_capacity_are_judged_apart(
         assert f"requests.{VNPUS}" in refused.stderr, refused.stderr
         # The waiter takes the freed room: the scheduler never refuses a pod the
         # operator placed on a full node (its sum of requests agrees with the ledger).
-        running(plane, namespace, "waiter")
+        pod_running(plane, namespace, "waiter")
         scheduled = get_json(plane, "pod", "-n", namespace, "waiter")["status"]["conditions"]
         assert {c["type"]: c["status"] for c in scheduled}["PodScheduled"] == "True"
     finally:
@@ -193,14 +186,16 @@ def test_lowering_a_quota_below_use_touches_nothing_running(
     try:
         for i in range(3):
             assert create(plane, pod(namespace, f"p{i}")).returncode == 0
-        before = {n: running(plane, namespace, n)["metadata"]["uid"] for n in ("p0", "p1", "p2")}
+        before = {
+            n: pod_running(plane, namespace, n)["metadata"]["uid"] for n in ("p0", "p1", "p2")
+        }
         books = {n: pod_allocations(plane, namespace, uid) for n, uid in before.items()}
         set_quota(plane, namespace, vnpus=1)
         refused = create(plane, pod(namespace, "p3"))
         assert refused.returncode != 0
         assert f"requests.{VNPUS} requested 1, used 3, hard 1" in refused.stderr
         for n, uid in before.items():
-            again = running(plane, namespace, n)
+            again = pod_running(plane, namespace, n)
             assert again["metadata"]["uid"] == uid
             assert [a["metadata"]["name"] for a in pod_allocations(plane, namespace, uid)] == [
                 a["metadata"]["name"] for a in books[n]
@@ -218,7 +213,7 @@ def test_an_operator_restart_mid_burst_counts_nothing_twice(
             assert create(plane, pod(namespace, f"r{i}")).returncode == 0
         stack.operator.kill()
         stack.operator.start()
-        uids = [running(plane, namespace, f"r{i}")["metadata"]["uid"] for i in range(3)]
+        uids = [pod_running(plane, namespace, f"r{i}")["metadata"]["uid"] for i in range(3)]
         allocs = [a for uid in uids for a in pod_allocations(plane, namespace, uid)]
         assert len(allocs) == 3
         assert used(plane, namespace)[f"requests.{VNPUS}"] == "3"
@@ -226,7 +221,7 @@ def test_an_operator_restart_mid_burst_counts_nothing_twice(
         wait_for("used counted", lambda: used(plane, namespace)[f"requests.{VNPUS}"] == "4",
                  timeout=30)  # fmt: skip
         refused_for_quota_of(create(plane, pod(namespace, "r4")), namespace, VNPUS)
-        running(plane, namespace, "r3")
+        pod_running(plane, namespace, "r3")
     finally:
         plane.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=true", timeout=120)
 
@@ -247,5 +242,5 @@ def test_a_vnpu_pod_that_names_its_own_charge_gets_the_true_one(
     assert create(plane, forged).returncode == 0
     limits = get_json(plane, "pod", "-n", namespace, "forged")["spec"]["containers"][0]
     assert limits["resources"]["limits"] == {AICORE: "5", MEMORY: "16384", VNPUS: "1"}
-    running(plane, namespace, "forged")
+    pod_running(plane, namespace, "forged")
     delete(plane, namespace, "forged")

@@ -15,7 +15,6 @@ import signal
 import socket
 import ssl
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 import yaml
 from chart_harness import CHART, RELEASE, helm, template
 from cryptography import x509
-from operator_harness import Stack
+from operator_harness import Stack, StackOf
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import OperatorProcess
@@ -43,16 +42,10 @@ KINDS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
 
 
 @pytest.fixture(scope="module")
-def stack(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(
-        plane,
-        Path(tmp_path_factory.mktemp("webhook-certs")),
+def stack(stack_of: StackOf) -> Stack:
+    return stack_of(
         [NodeSpec(name=NODE, chips={"910B3": 1})],
-    ).start()
-    try:
-        yield s
-    finally:
-        s.close()
+    )
 
 
 def swap_operator(stack: Stack, *extra: str, start: bool = True) -> OperatorProcess:
