@@ -1,0 +1,417 @@
+"""The Helm chart rendered (`helm template`, `helm lint`) and checked against a real
+kube-apiserver: lint, the CRDs it ships, the values schema, server-side validation of
+what it renders and the settings that reach the components, the clusters people run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chart_harness import CHART, NAMESPACE, RELEASE, SIM_VALUES, helm, render, template
+
+from localplane import LocalPlane
+from vnpu_common import names
+
+pytestmark = pytest.mark.plane
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------- static checks
+
+
+def test_helm_lint_strict(plane: LocalPlane) -> None:
+    helm(plane, "lint", "--strict", str(CHART))
+    helm(
+        plane,
+        "lint",
+        "--strict",
+        str(CHART),
+        *SIM_VALUES,
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "operator.podDisruptionBudget.enabled=true",
+    )
+
+
+def test_chart_crds_are_the_generated_ones() -> None:
+    generated = {p.name: p.read_text() for p in sorted((ROOT / "crds").glob("*.yaml"))}
+    shipped = {p.name: p.read_text() for p in sorted((CHART / "files" / "crds").glob("*.yaml"))}
+    assert shipped == generated, "charts/vnpu-operator/files/crds drifted: cp crds/*.yaml there"
+
+
+def test_rendered_crds_are_kept_on_uninstall(plane: LocalPlane) -> None:
+    crds = [d for d in render(plane) if d["kind"] == "CustomResourceDefinition"]
+    assert sorted(c["metadata"]["name"] for c in crds) == [
+        f"{names.ALLOCATION_PLURAL}.{names.GROUP}",
+        f"{names.NODE_PLURAL}.{names.GROUP}",
+    ]
+    for crd in crds:
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert not [
+        d
+        for d in render(plane, "--set", "crds.install=false")
+        if d["kind"] == "CustomResourceDefinition"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("agent.driver=cuda", "at '/agent/driver': value must be one of 'dcmi', 'npu-smi', 'sim'"),
+        (
+            "operator.metricsPort=70000",
+            "at '/operator/metricsPort': maximum: got 70,000, want 65,535",
+        ),
+        (
+            "operator.policy=random",
+            "at '/operator/policy': value must be one of 'binpack', 'spread'",
+        ),
+        ("agent.hostPaths.driver=relative/dir", "at '/agent/hostPaths/driver'"),
+        ("operator.replicas=2", "additional properties 'replicas' not allowed"),
+    ],
+)
+def test_values_schema_rejects_bad_values(plane: LocalPlane, setting: str, message: str) -> None:
+    proc = template(plane, "--set", setting, check=False)
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+def test_runtime_class_reaches_the_operator_and_is_created_on_request(
+    plane: LocalPlane,
+) -> None:
+    def operator_env(docs: list[dict[str, Any]]) -> str | None:
+        (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+        container = deploy["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        value: str | None = env.get("VNPU_RUNTIME_CLASS_NAME")
+        return value
+
+    plain = render(plane)
+    assert operator_env(plain) == ""
+    assert not [d for d in plain if d["kind"] == "RuntimeClass"]
+
+    named = render(plane, "--set", "runtimeClassName=ascend-vnpu")
+    assert operator_env(named) == "ascend-vnpu"
+    assert not [d for d in named if d["kind"] == "RuntimeClass"]
+
+    created = render(
+        plane, "--set", "runtimeClassName=ascend-vnpu", "--set", "runtimeClass.create=true",
+        "--set", "runtimeClass.handler=ascend",
+    )  # fmt: skip
+    (rc,) = [d for d in created if d["kind"] == "RuntimeClass"]
+    assert (rc["metadata"]["name"], rc["handler"]) == ("ascend-vnpu", "ascend")
+
+    refused = template(plane, "--set", "runtimeClass.create=true", check=False)
+    assert refused.returncode != 0
+    assert "runtimeClass.create needs runtimeClassName" in refused.stderr
+
+
+def test_rendered_manifests_pass_server_side_validation(plane: LocalPlane, namespace: str) -> None:
+    for values in (
+        (*SIM_VALUES, "--set", "operator.podDisruptionBudget.enabled=true"),
+        ("--set", "agent.driver=npu-smi"),
+        ("--set", "agent.driver=dcmi", "--set", "nodeScoping.enabled=false"),
+        (
+            "--set-json",
+            'agent.npuNodeLabels=["vnpu","ascend","nfd"]',
+            "--set",
+            "agent.updateStrategy.type=OnDelete",
+            "--set",
+            "image.digest=sha256:" + "0" * 64,
+            "--set",
+            "operator.priorityClassName=system-cluster-critical",
+        ),
+    ):
+        # The test hook's pod needs its ServiceAccount to exist, which a dry run does not
+        # make: test_the_test_hook_passes_... validates it once the account exists.
+        out = template(plane, *values, "--skip-tests", namespace=namespace).stdout
+        proc = plane.kubectl(
+            "apply", "--dry-run=server", "-f", "-", input=out, check=False, timeout=120
+        )
+        assert proc.returncode == 0, f"{values}: {proc.stderr}"
+        assert "(server dry run)" in proc.stdout
+
+
+def test_driver_host_mounts(plane: LocalPlane) -> None:
+    def daemonset(*values: str) -> dict[str, Any]:
+        (ds,) = [d for d in render(plane, *values) if d["kind"] == "DaemonSet"]
+        return ds
+
+    spec = daemonset("--set", "agent.driver=dcmi")["spec"]["template"]["spec"]
+    paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert paths == {
+        "/dev",
+        "/usr/local/Ascend/driver",
+        "/usr/local/sbin/npu-smi",
+        "/etc/vnpu.cfg",
+        "/var/run/cdi",
+        "/var/lib/vnpu-agent",
+    }
+    container = spec["containers"][0]
+    assert container["securityContext"]["privileged"] is True
+    # Which nodes: agent.npuNodeLabels (test_agent_tolerates_ascend_taints_...).
+    assert "nodeSelector" not in spec
+    env = {e["name"]: e for e in container["env"]}
+    assert env["VNPU_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["VNPU_DRIVER"]["value"] == "dcmi"
+
+    sim = daemonset(*SIM_VALUES)["spec"]["template"]["spec"]
+    assert {v["hostPath"]["path"] for v in sim["volumes"] if "hostPath" in v} == {
+        "/var/run/cdi",
+        "/var/lib/vnpu-agent",
+    }
+    assert "privileged" not in sim["containers"][0]["securityContext"]
+    assert sim["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def _agent(plane: LocalPlane, *values: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The agent DaemonSet's pod spec and its container."""
+    (ds,) = [d for d in render(plane, *values) if d["kind"] == "DaemonSet"]
+    spec: dict[str, Any] = ds["spec"]["template"]["spec"]
+    return spec, spec["containers"][0]
+
+
+def test_real_drivers_run_the_agent_as_root_and_sim_without_capabilities(
+    plane: LocalPlane,
+) -> None:
+    for driver in ("dcmi", "npu-smi"):
+        spec, container = _agent(plane, "--set", f"agent.driver={driver}")
+        ctx = container["securityContext"]
+        # The image's USER is 10001: a privileged container running as that user loses
+        # every capability at exec and cannot open the root-owned driver files.
+        assert ctx["privileged"] is True, driver
+        assert (ctx.get("runAsUser"), ctx.get("runAsGroup")) == (0, 0), driver
+        assert ctx.get("runAsNonRoot") is False, driver
+        assert spec["securityContext"].get("runAsNonRoot") is not True, driver
+        refused = template(plane, "--set", f"agent.driver={driver}",
+                           "--set", "agent.simDeviceDir=/run/vnpu-sim", check=False)  # fmt: skip
+        assert refused.returncode != 0
+        assert "agent.simDeviceDir is for agent.driver=sim only" in refused.stderr
+
+    _, sim = _agent(plane, *SIM_VALUES)
+    ctx = sim["securityContext"]
+    assert "privileged" not in ctx
+    assert ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    assert "VNPU_SIM_DEVICE_DIR" not in {e["name"] for e in sim["env"]}
+
+    # Device nodes for a runtime on the host: the directory mounted at the same path, and
+    # CAP_MKNOD, the one capability mknod needs, nothing else.
+    spec, sim = _agent(plane, *SIM_VALUES, "--set", "agent.simDeviceDir=/run/vnpu-sim")
+    ctx = sim["securityContext"]
+    assert "privileged" not in ctx
+    assert ctx["capabilities"] == {"drop": ["ALL"], "add": ["MKNOD"]}
+    env = {e["name"]: e.get("value") for e in sim["env"]}
+    assert env["VNPU_SIM_DEVICE_DIR"] == "/run/vnpu-sim"
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "sim-devices"]
+    assert volume["hostPath"] == {"path": "/run/vnpu-sim", "type": "DirectoryOrCreate"}
+    assert {"name": "sim-devices", "mountPath": "/run/vnpu-sim"} in sim["volumeMounts"]
+
+
+def test_cdi_host_device_dir_follows_the_driver_and_can_be_set(plane: LocalPlane) -> None:
+    """The CDI specs' host paths: /dev for a real driver, the sim's device dir
+    when it makes device nodes (so a runtime finds them), or what is set."""
+
+    def host_device_dir(*values: str) -> str | None:
+        _, container = _agent(plane, *values)
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        return env.get("VNPU_CDI_HOST_DEVICE_DIR")
+
+    assert host_device_dir() == "/dev"
+    assert host_device_dir(*SIM_VALUES) == "/dev"
+    assert host_device_dir(*SIM_VALUES, "--set", "agent.simDeviceDir=/run/vnpu-sim") == (
+        "/run/vnpu-sim"
+    )
+    assert host_device_dir("--set", "agent.cdiHostDeviceDir=/host/dev") == "/host/dev"
+    refused = template(plane, "--set", "agent.cdiHostDeviceDir=dev", check=False)
+    assert refused.returncode != 0
+    assert "at '/agent/cdiHostDeviceDir'" in refused.stderr
+
+
+def test_api_server_address_reaches_both_components(plane: LocalPlane) -> None:
+    def envs(*values: str) -> list[dict[str, str | None]]:
+        docs = render(plane, *SIM_VALUES, *values)
+        pods = [
+            d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "DaemonSet")
+        ]
+        assert len(pods) == 2
+        return [{e["name"]: e.get("value") for e in p["containers"][0]["env"]} for p in pods]
+
+    # Unset: the kubelet's own KUBERNETES_SERVICE_* (the kubernetes Service) stay.
+    for env in envs():
+        assert "KUBERNETES_SERVICE_HOST" not in env
+        assert "KUBERNETES_SERVICE_PORT" not in env
+    for env in envs("--set", "apiServer.host=10.88.0.1", "--set", "apiServer.port=6443"):
+        assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == (
+            "10.88.0.1", "6443",
+        )  # fmt: skip
+    refused = template(plane, "--set", "apiServer.host=https://10.88.0.1:6443", check=False)
+    assert refused.returncode != 0
+    assert "at '/apiServer/host'" in refused.stderr
+
+
+# ---------------------------------------------------------------- issue 16: clusters people run
+
+
+def test_agent_tolerates_ascend_taints_and_selects_npu_nodes_by_their_labels(
+    plane: LocalPlane,
+) -> None:
+    spec, _ = _agent(plane)
+    assert "nodeSelector" not in spec
+    assert {(t["key"], t["operator"]) for t in spec["tolerations"]} == {
+        ("huawei.com/Ascend910", "Exists"),
+        ("huawei.com/Ascend310P", "Exists"),
+        ("huawei.com/Ascend310", "Exists"),
+    }
+    assert all("effect" not in t for t in spec["tolerations"])  # every effect
+
+    def terms(*values: str) -> list[dict[str, Any]] | None:
+        spec, _ = _agent(plane, *values)
+        affinity = spec.get("affinity", {}).get("nodeAffinity")
+        if affinity is None:
+            return None
+        required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+        return list(required["nodeSelectorTerms"])
+
+    npu = {"key": names.LABEL_NPU_NODE, "operator": "In", "values": ["true"]}
+    ascend = {
+        "key": "accelerator",
+        "operator": "In",
+        "values": ["huawei-Ascend910", "huawei-Ascend310P", "huawei-Ascend310"],
+    }
+    nfd = {
+        "key": "feature.node.kubernetes.io/pci-1200_19e5.present",
+        "operator": "In",
+        "values": ["true"],
+    }
+    assert terms() == [{"matchExpressions": [npu]}]
+    assert terms("--set-json", 'agent.npuNodeLabels=["ascend","nfd"]') == [
+        {"matchExpressions": [ascend]},
+        {"matchExpressions": [nfd]},
+    ]
+    assert terms("--set-json", "agent.npuNodeLabels=[]") is None
+    # A nodeAffinity of the admin's replaces ours; other affinity is kept beside ours.
+    own = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["npu"]}]}
+    ]}}  # fmt: skip
+    spec, _ = _agent(plane, "--set-json", f"agent.affinity={json.dumps({'nodeAffinity': own})}")
+    assert spec["affinity"] == {"nodeAffinity": own}
+    anti = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    spec, _ = _agent(plane, "--set-json", f"agent.affinity={json.dumps(anti)}")
+    assert spec["affinity"]["podAntiAffinity"] == anti["podAntiAffinity"]
+    assert spec["affinity"]["nodeAffinity"]
+    spec, _ = _agent(plane, "--set-json", "agent.tolerations=[]")
+    assert "tolerations" not in spec
+
+    refused = template(plane, "--set-json", 'agent.npuNodeLabels=["gpu"]', check=False)
+    assert refused.returncode != 0
+    assert "at '/agent/npuNodeLabels/0'" in refused.stderr
+
+
+def test_image_digest_pins_the_image(plane: LocalPlane) -> None:
+    digest = "sha256:" + "ab" * 32
+
+    def images(*values: str) -> set[str]:
+        docs = render(plane, *values)
+        pods = [
+            d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "DaemonSet")
+        ]
+        pods += [d["spec"] for d in docs if d["kind"] == "Pod"]  # the helm test hook
+        assert len(pods) == 3
+        return {c["image"] for p in pods for c in p["containers"]}
+
+    assert images() == {"vnpu-operator:0.1.0"}
+    assert images("--set", f"image.digest={digest}") == {f"vnpu-operator@{digest}"}
+    assert images("--set", f"image.digest={digest}", "--set", "image.tag=v1") == {
+        f"vnpu-operator:v1@{digest}"
+    }
+    refused = template(plane, "--set", "image.digest=latest", check=False)
+    assert refused.returncode != 0
+    assert "at '/image/digest'" in refused.stderr
+
+
+def test_agent_rollout_takes_a_tenth_at_a_time_and_never_surges(plane: LocalPlane) -> None:
+    def strategy(*values: str) -> dict[str, Any]:
+        (ds,) = [d for d in render(plane, *values) if d["kind"] == "DaemonSet"]
+        return dict(ds["spec"]["updateStrategy"])
+
+    assert strategy() == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": "10%", "maxSurge": 0},
+    }
+    assert strategy("--set", "agent.updateStrategy.type=OnDelete") == {"type": "OnDelete"}
+    refused = template(plane, "--set", "agent.updateStrategy.rollingUpdate.maxSurge=1", check=False)
+    assert refused.returncode != 0
+    assert "at '/agent/updateStrategy/rollingUpdate/maxSurge'" in refused.stderr
+
+
+def test_critical_pod_quota_matches_the_critical_classes_the_release_uses(
+    plane: LocalPlane,
+) -> None:
+    def quota(*values: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
+        found = [
+            d for d in render(plane, *values, namespace=namespace) if d["kind"] == "ResourceQuota"
+        ]
+        return found[0] if found else None
+
+    default = quota()
+    assert default is not None
+    (selector,) = default["spec"]["scopeSelector"]["matchExpressions"]
+    assert selector == {
+        "scopeName": "PriorityClass", "operator": "In", "values": ["system-node-critical"],
+    }  # fmt: skip
+    both = quota("--set", "operator.priorityClassName=system-cluster-critical")
+    assert both is not None
+    (selector,) = both["spec"]["scopeSelector"]["matchExpressions"]
+    assert selector["values"] == ["system-node-critical", "system-cluster-critical"]
+    assert quota("--set", "criticalPodQuota.enabled=false") is None
+    assert quota("--set", "agent.priorityClassName=high") is None
+    # kube-system has its own (the API server makes it).
+    assert quota(namespace="kube-system") is None
+
+
+def test_helm_template_needs_no_cluster_only_the_kube_version(
+    plane: LocalPlane, tmp_path: Path
+) -> None:
+    """What the chart README says: no API server is asked; Helm's default Kubernetes
+    version (this helm's is v1.20.0) fails the chart's kubeVersion, naming it."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "KUBECONFIG": str(tmp_path / "no-such-kubeconfig"),
+        "HELM_CACHE_HOME": str(tmp_path / "cache"),
+        "HELM_CONFIG_HOME": str(tmp_path / "config"),
+        "HELM_DATA_HOME": str(tmp_path / "data"),
+    }
+
+    def helm_template(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [plane.binary("helm"), "template", RELEASE, str(CHART), "-n", "vnpu-system", *args],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+
+    rendered = helm_template("--kube-version", "1.34")
+    assert rendered.returncode == 0, rendered.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all(rendered.stdout) if d}
+    assert {"Deployment", "DaemonSet", "CustomResourceDefinition", "Pod"} <= kinds
+    # An option that needs an API of the cluster's says so, and renders once it is named.
+    cert_manager = ("--kube-version", "1.34", "--set", "webhook.certSource=cert-manager")
+    refused = helm_template(*cert_manager)
+    assert refused.returncode != 0
+    assert "--api-versions cert-manager.io/v1" in refused.stderr
+    rendered = helm_template(*cert_manager, "--api-versions", "cert-manager.io/v1")
+    assert rendered.returncode == 0, rendered.stderr
+    assert "Certificate" in {d["kind"] for d in yaml.safe_load_all(rendered.stdout) if d}
+    old = helm_template("--kube-version", "1.29")
+    assert old.returncode != 0
+    assert "chart requires kubeVersion: >=1.30.0-0" in old.stderr
+    readme = (CHART / "README.md").read_text()
+    assert "--kube-version 1.34" in readme
+    assert "--api-versions cert-manager.io/v1" in readme
