@@ -20,8 +20,7 @@ from kubernetes_asyncio.config import ConfigException, load_kube_config
 from vnpu_cli.errors import CliError
 from vnpu_common import names
 from vnpu_common.rawcall import call_json
-
-Raw = dict[str, Any]
+from vnpu_common.types import Raw
 
 # Per request; a cluster that answers nothing in this long is not there.
 REQUEST_TIMEOUT_SECONDS = 30

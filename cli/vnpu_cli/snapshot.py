@@ -14,10 +14,10 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from vnpu_common import names
 from vnpu_common.api.models import ChipStatus, TemplateResources
+from vnpu_common.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.leases import LeaseLiveness
 from vnpu_operator.placement import (
@@ -29,8 +29,6 @@ from vnpu_operator.placement import (
     Resources,
 )
 from vnpu_operator.placement.capacity import Catalog, template_resources
-
-Raw = dict[str, Any]
 
 log = logging.getLogger(__name__)
 

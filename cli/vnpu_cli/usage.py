@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnpu_cli.snapshot import Raw, Snapshot, allocation_resources, catalog
+from vnpu_cli.snapshot import Snapshot, allocation_resources, catalog
 from vnpu_cli.table import table
 from vnpu_common import names
+from vnpu_common.types import Raw
 from vnpu_operator.admission.quotas import VNPUQuota
 
 

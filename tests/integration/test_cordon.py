@@ -2,7 +2,7 @@
 admin cordons (VNPUNode spec.cordonedChips, a plain kubectl patch) or one the
 driver reports unhealthy gets no new vNPU while the node's other chip still
 does; vNPUs already on it stay; uncordon (or recovery) lets a waiting pod in.
-Who may write the cordon: tests/integration/test_chart.py
+Who may write the cordon: tests/integration/test_chart_release.py
 (test_only_admins_cordon_chips)."""
 
 from __future__ import annotations

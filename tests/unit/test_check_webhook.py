@@ -1,7 +1,7 @@
 """The chart's `helm test` script (charts/vnpu-operator/files/check_webhook.py) passes
 only on a refusal by the vnpu-operator webhook for the probe's template, and names
 what it saw otherwise. The answers below have the shapes the API server gives; the
-plane test in tests/integration/test_chart.py runs the script against real ones."""
+plane test in tests/integration/test_chart_webhooks.py runs the script against real ones."""
 
 from __future__ import annotations
 
