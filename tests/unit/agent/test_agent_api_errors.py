@@ -5,9 +5,6 @@ server in tests/integration/test_api_writes.py."""
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator
-
 import aiohttp
 import pytest
 from kubernetes_asyncio import client
@@ -19,22 +16,10 @@ from vnpu_common.apiwrites import NO_RESPONSE
 METRIC = "vnpu_agent_api_errors_total"
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 @pytest.fixture
-async def unreachable() -> AsyncIterator[tuple[AgentApi, AgentMetrics]]:
-    configuration = client.Configuration(host=f"http://127.0.0.1:{_closed_port()}")
-    api_client = client.ApiClient(configuration)
+def unreachable(unreachable_client: client.ApiClient) -> tuple[AgentApi, AgentMetrics]:
     metrics = AgentMetrics()
-    try:
-        yield AgentApi(api_client, "vnpu-system", metrics.api_errors), metrics
-    finally:
-        await api_client.close()
+    return AgentApi(unreachable_client, "vnpu-system", metrics.api_errors), metrics
 
 
 def _count(metrics: AgentMetrics, operation: str, status: str) -> float | None:

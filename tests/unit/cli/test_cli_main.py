@@ -3,7 +3,6 @@ say what is wrong with exit status 1."""
 
 from __future__ import annotations
 
-import socket
 from importlib.metadata import version
 from pathlib import Path
 
@@ -27,16 +26,11 @@ def test_no_kubeconfig_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path:
     assert f"error: no kubeconfig at {missing}" in capsys.readouterr().err
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
-def test_no_cluster_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_no_cluster_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, closed_port: int
+) -> None:
     """A kubeconfig whose server nobody listens on: a sentence naming it, exit 1."""
-    server = f"https://127.0.0.1:{_closed_port()}"
+    server = f"https://127.0.0.1:{closed_port}"
     kubeconfig = tmp_path / "config"
     kubeconfig.write_text(
         f"""apiVersion: v1

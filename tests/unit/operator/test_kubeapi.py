@@ -5,9 +5,6 @@ tests/integration/test_operator_api.py."""
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator
-
 import aiohttp
 import pytest
 from kubernetes_asyncio import client
@@ -19,22 +16,10 @@ from vnpu_operator.metrics import OperatorMetrics
 METRIC = "vnpu_operator_api_errors_total"
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 @pytest.fixture
-async def unreachable() -> AsyncIterator[tuple[OperatorApi, OperatorMetrics]]:
-    configuration = client.Configuration(host=f"http://127.0.0.1:{_closed_port()}")
-    api_client = client.ApiClient(configuration)
+def unreachable(unreachable_client: client.ApiClient) -> tuple[OperatorApi, OperatorMetrics]:
     metrics = OperatorMetrics()
-    try:
-        yield OperatorApi(api_client, metrics.api_errors), metrics
-    finally:
-        await api_client.close()
+    return OperatorApi(unreachable_client, metrics.api_errors), metrics
 
 
 def _count(metrics: OperatorMetrics, operation: str, status: str) -> float | None:
