@@ -192,3 +192,52 @@ def lease_name(node: str) -> str:
 # metrics tell our components' requests apart by them.
 USER_AGENT_OPERATOR: Final = "vnpu-operator"
 USER_AGENT_AGENT: Final = "vnpu-agent"
+
+
+# --------------------------------------------------------------------------
+# Dynamic Resource Allocation (resource.k8s.io/v1, Kubernetes 1.36+;
+# docs/DRA.md). A node is either a DRA node (its agent runs with --dra and
+# publishes a ResourceSlice pool) or an annotation node, never both: the two
+# front-ends never book the same chip (docs/DECISIONS.md, "One ledger, two
+# front-ends").
+DRA_DRIVER: Final = GROUP  # ResourceSlice spec.driver, DeviceClass selector, plugin name
+DRA_DEVICE_CLASS: Final = GROUP  # the chart's DeviceClass (every vNPU device)
+RESOURCE_API: Final = "resource.k8s.io/v1"
+# Binding conditions every device declares: the scheduler binds the pod only
+# once the operator has set DRA_COND_READY True on the claim's device status
+# (its VNPUAllocation is Ready); DRA_COND_FAILED True gives the claim back.
+DRA_COND_READY: Final = f"{GROUP}/vnpu-ready"
+DRA_COND_FAILED: Final = f"{GROUP}/vnpu-failed"
+# Device attributes (qualified with the driver's domain on the wire).
+DRA_ATTR_TEMPLATE: Final = "template"
+DRA_ATTR_MODEL: Final = "model"
+DRA_ATTR_CHIP: Final = "chip"
+DRA_ATTR_AICORE: Final = "aicore"
+DRA_ATTR_MEMORY_MB: Final = "memoryMB"
+# Counters of a chip's counter set (one set per chip, named dra_counter_set()).
+DRA_COUNTER_AICORE: Final = "aicore"
+DRA_COUNTER_MEMORY: Final = "memory-mb"
+DRA_COUNTER_AICPU: Final = "aicpu"
+DRA_COUNTER_MEDIA: Final = "media"
+DRA_COUNTER_VNPUS: Final = "vnpus"
+# Labels on a DRA allocation (besides LABEL_NODE): the claim it serves.
+LABEL_CLAIM_UID: Final = f"{GROUP}/claim-uid"
+# CDI kind of the specs the kubelet plugin writes per prepared claim device.
+DRA_CDI_KIND: Final = f"{GROUP}/claim"
+
+
+def dra_counter_set(chip: int) -> str:
+    """Counter set of one chip in its node's pool (a DNS label)."""
+    return f"npu-{chip}"
+
+
+def dra_device_name(chip: int, template: str, instance: int) -> str:
+    """One template instance on a chip, e.g. npu-0-vir05-1c-16g-1 (a DNS label:
+    the template's underscores become dashes)."""
+    return f"npu-{chip}-{template.replace('_', '-')}-{instance}"
+
+
+def dra_allocation_name(claim_uid: str, device: str) -> str:
+    """The VNPUAllocation of one allocated device of a claim: the claim UID
+    makes it unique in the namespace and stable across operator restarts."""
+    return f"{claim_uid}-{device}"[:253]

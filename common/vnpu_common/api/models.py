@@ -129,6 +129,21 @@ class ObjectMeta(ApiModel):
 # VNPUAllocation
 
 
+class ClaimRef(ApiModel):
+    """The DRA device a VNPUAllocation serves (docs/DRA.md): set on the
+    allocations the operator writes for ResourceClaims, absent on those of
+    annotated pods."""
+
+    name: str = Field(min_length=1, max_length=253, description="ResourceClaim name.")
+    uid: str = Field(min_length=1, max_length=64, description="ResourceClaim UID.")
+    request: str = Field(
+        min_length=1, max_length=253, description="Request of the claim the device answers."
+    )
+    device: str = Field(
+        min_length=1, max_length=128, description="Device of the node's pool, as allocated."
+    )
+
+
 class VNPUAllocationSpec(ApiModel):
     """Declared ownership: this pod owns this vNPU on this chip of this node.
     Immutable: a different placement is a different allocation."""
@@ -161,6 +176,11 @@ class VNPUAllocationSpec(ApiModel):
         ge=names.VNPU_ID_MIN,
         le=names.VNPU_ID_MAX,
         description="vNPU id the agent must create (unique per node).",
+    )
+    claim: ClaimRef | None = Field(
+        default=None,
+        description="The ResourceClaim device this vNPU answers (DRA); the pod fields then "
+        "name the pod the claim was first reserved for.",
     )
 
 
@@ -282,6 +302,11 @@ class VNPUNodeStatus(ApiModel):
     """What the node's agent sees on its chips; written by the agent only."""
 
     driver: str | None = Field(default=None, description="Driver backend: sim, npu-smi or dcmi.")
+    dra: bool = Field(
+        default=False,
+        description="The agent publishes the node's chips as a DRA pool (--dra): vNPUs "
+        "come from ResourceClaims only, never from pod annotations.",
+    )
     chip_count: int = Field(default=0, ge=0, description="Number of NPU chips on the node.")
     vnpu_count: int = Field(default=0, ge=0, description="Number of vNPUs on all chips.")
     free_aicore: int = Field(
