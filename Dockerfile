@@ -50,6 +50,9 @@ COPY common/ common/
 COPY operator/ operator/
 COPY node_agent/ node_agent/
 COPY cli/ cli/
+# The DRA plugin's gRPC modules from the vendored .proto files, with the grpcio-tools of
+# build-requirements.txt (never taken from the context: .dockerignore leaves them out).
+RUN /opt/build/bin/python node_agent/vnpu_agent/dra/protos/generate.py
 # The project's wheel with the locked backend (no isolated build fetching another), then
 # installed without resolving anything: pip check fails if the lock misses a dependency.
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/dist . \

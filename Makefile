@@ -18,14 +18,20 @@ PYPATH = $(shell $(PY) hack/localplane/sourceroots.py)
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
+# The DRA plugin's gRPC modules, generated from the vendored .proto files (not committed;
+# node_agent/vnpu_agent/dra/protos/README.md). The Dockerfile runs the same script.
+PROTO_DIR := node_agent/vnpu_agent/dra/protos
+PROTOS := $(PROTO_DIR)/pluginregistration/v1/api.proto $(PROTO_DIR)/dra/v1/api.proto
+
 # Exactly the locked set (make lock): the lock's pip and build backend, the tested
-# dependencies, then the project itself with nothing more.
-$(STAMP): pyproject.toml pylock.dev.toml build-requirements.txt
+# dependencies, then the project itself with nothing more; then the generated stubs.
+$(STAMP): pyproject.toml pylock.dev.toml build-requirements.txt $(PROTOS) $(PROTO_DIR)/generate.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %s); set PYTHON=python3.11" % sys.version.split()[0])'
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --require-hashes -r build-requirements.txt
 	$(PY) -m pip install -q -r pylock.dev.toml
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(PY) $(PROTO_DIR)/generate.py
 	@touch $@
 
 .PHONY: venv

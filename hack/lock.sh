@@ -6,8 +6,9 @@
 #   pylock.toml              the image's set: the same versions, without the dev tools;
 #                            the Dockerfile installs exactly this
 #   build-requirements.txt   what installs the two: a pip that reads pylock.toml (PEP 751)
-#                            and the build backend of [build-system]; in requirements.txt
-#                            form, which the pip Debian ships can read
+#                            and the build backend of [build-system], with grpcio-tools,
+#                            which generates the DRA plugin's stubs in the build; in
+#                            requirements.txt form, which the pip Debian ships can read
 #
 # Every file pins every package with the sha256 of each of its files on PyPI, for every
 # platform and Python >= 3.11 (uv's universal resolution): the same lock serves amd64 and
@@ -45,11 +46,24 @@ with open(sys.argv[1], "rb") as f:
 EOF
 "$uv" pip compile "${flags[@]}" --constraints "$pins" -o pylock.toml pyproject.toml
 
+# The build's tools: pip, the build backend, and grpcio-tools, which generates the DRA
+# plugin's stubs before the wheel is built (the Dockerfile; `make venv` too). Resolved
+# within the tested set's pins, so the venv that installs both files gets one version of each.
+dev_pins=$(mktemp)
+trap 'rm -f "$pins" "$dev_pins"' EXIT
+"$python" - pylock.dev.toml >"$dev_pins" <<'EOF'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    for package in tomllib.load(f)["packages"]:
+        print(f"{package['name']}=={package['version']}")
+EOF
 "$python" - >"$pins" <<EOF
 import tomllib
 print("$pip_floor")
+print("grpcio-tools")
 with open("pyproject.toml", "rb") as f:
     print("\n".join(tomllib.load(f)["build-system"]["requires"]))
 EOF
-"$uv" pip compile "${flags[@]}" --generate-hashes --no-annotate -o build-requirements.txt "$pins"
+"$uv" pip compile "${flags[@]}" --constraints "$dev_pins" --generate-hashes --no-annotate \
+  -o build-requirements.txt "$pins"
 echo "wrote pylock.dev.toml, pylock.toml, build-requirements.txt" >&2
