@@ -65,6 +65,19 @@ class AgentSettings(ComponentSettings):
         "(what a real driver makes under /dev), for a container runtime on a real node; "
         "one node only, as vNPU ids are per host. Unset: no device nodes.",
     )
+    dra: bool = Field(
+        default=False,
+        description="Hand out this node's vNPUs through Dynamic Resource Allocation: publish "
+        "its chips as a ResourceSlice pool (resource.k8s.io/v1, Kubernetes 1.34 or later; "
+        "partitionable devices and binding conditions need 1.36) and serve the kubelet "
+        "plugin; the operator then places no annotated pod here (docs/DRA.md).",
+    )
+    dra_verify_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="--dra: how often the node's ResourceSlices are read back and put back "
+        "if someone else (the kubelet, an admin) changed or deleted them.",
+    )
     npu_smi_path: str = Field(
         default="npu-smi", description="The npu-smi executable (npu-smi driver)."
     )
