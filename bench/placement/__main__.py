@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def table(result: dict[str, Any]) -> str:
-    """A Markdown table: what the README shows."""
+    """A Markdown table: what docs/PERFORMANCE.md shows."""
     loads = sorted({r["load"] for r in result["online"]})
     by = {(r["policy"], r["load"]): r for r in result["online"]}
     head = ["policy"]

@@ -30,7 +30,7 @@ NOTHING_EVICTED = "Nothing was evicted or moved: kubectl vnpu defrag only reads.
 def build(
     snapshot: Snapshot, *, policy: Policy, max_moves: int, node: str | None = None
 ) -> dict[str, Any]:
-    """The JSON report (docs: README, `kubectl vnpu defrag`). Raises CliError
+    """The JSON report (docs/USAGE.md, `kubectl vnpu defrag`). Raises CliError
     for a node no VNPUNode describes."""
     ledger = snapshot.ledger()
     if node is not None and ledger.node(node) is None:

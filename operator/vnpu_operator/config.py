@@ -28,7 +28,7 @@ class OperatorSettings(ComponentSettings):
     policy: PolicyName = Field(
         default="binpack",
         description="Placement: binpack fills the fullest chip that fits, spread the emptiest, "
-        "bestfit the one that keeps most room for the largest templates (README, "
+        "bestfit the one that keeps most room for the largest templates (docs/USAGE.md, "
         "'Placement policies').",
     )
     preemption: bool = Field(

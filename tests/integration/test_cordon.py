@@ -78,7 +78,7 @@ def column_shows(plane: LocalPlane, node: str, column: str, value: str) -> None:
 
 
 def cordon(plane: LocalPlane, node: str, chips: dict[int, str]) -> None:
-    """What README's "Cordon a chip" tells admins to run."""
+    """What docs/USAGE.md's "Cordon a chip" tells admins to run."""
     body = {"spec": {"cordonedChips": [{"chip": c, "reason": r} for c, r in chips.items()]}}
     plane.kubectl("patch", names.NODE_PLURAL, node, "--type=merge", "-p", json.dumps(body))
 

@@ -47,7 +47,7 @@ def create(plane: LocalPlane, manifest: dict[str, Any]) -> subprocess.CompletedP
 
 
 def set_quota(plane: LocalPlane, namespace: str, **hard: int) -> None:
-    """What README's "Quota" tells admins to write: a plain ResourceQuota."""
+    """What docs/USAGE.md's "Quota" tells admins to write: a plain ResourceQuota."""
     keys = {"aicore": AICORE, "memory_mb": MEMORY, "vnpus": VNPUS}
     spec_hard = {f"requests.{keys[k]}": str(v) for k, v in hard.items()}
     plane.apply(

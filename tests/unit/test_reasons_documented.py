@@ -1,4 +1,4 @@
-"""The README's lists of Event reasons are the ones the code emits."""
+"""docs/USAGE.md's lists of Event reasons are the ones the code emits."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from vnpu_agent import drivers
 from vnpu_agent.drivers import base
 from vnpu_common import names
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+USAGE = Path(__file__).resolve().parents[2] / "docs" / "USAGE.md"
 
 
 def _listed(after: str) -> set[str]:
     """Backticked words from `after` up to the end of that sentence."""
-    text = " ".join(README.read_text().split())
+    text = " ".join(USAGE.read_text().split())
     start = text.index(after) + len(after)
     sentence = text[start : text.index(". ", start)]
     return set(re.findall(r"`([A-Za-z]+)`", sentence))
@@ -35,11 +35,11 @@ def _driver_reasons() -> set[str]:
     return found
 
 
-def test_pod_events_in_the_readme_are_exactly_the_operators() -> None:
+def test_pod_events_in_the_usage_guide_are_exactly_the_operators() -> None:
     assert _listed("Events on pods (the operator):") == set(names.POD_EVENT_REASONS)
 
 
-def test_allocation_events_in_the_readme_are_exactly_the_agents() -> None:
+def test_allocation_events_in_the_usage_guide_are_exactly_the_agents() -> None:
     expected = set(names.ALLOCATION_EVENT_REASONS) | _driver_reasons()
     assert _listed("Events on allocations (the agent,") == expected
 
