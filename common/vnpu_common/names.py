@@ -6,6 +6,7 @@ import from here, so a renamed key cannot drift between components.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 # API group and version of our resources.
@@ -235,6 +236,17 @@ def dra_device_name(chip: int, template: str, instance: int) -> str:
     """One template instance on a chip, e.g. npu-0-vir05-1c-16g-1 (a DNS label:
     the template's underscores become dashes)."""
     return f"npu-{chip}-{template.replace('_', '-')}-{instance}"
+
+
+_DRA_DEVICE = re.compile(r"^npu-([0-9]+)-(vir[0-9]{2}(?:-[0-9a-z]+)*)-([0-9]+)$")
+
+
+def parse_dra_device_name(device: str) -> tuple[int, str, int] | None:
+    """(chip, template, instance) of a name dra_device_name made, else None."""
+    match = _DRA_DEVICE.match(device)
+    if match is None:
+        return None
+    return int(match[1]), match[2].replace("-", "_"), int(match[3])
 
 
 def dra_allocation_name(claim_uid: str, device: str) -> str:

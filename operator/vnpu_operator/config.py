@@ -31,6 +31,12 @@ class OperatorSettings(ComponentSettings):
         "bestfit the one that keeps most room for the largest templates (docs/USAGE.md, "
         "'Placement policies').",
     )
+    dra: bool = Field(
+        default=True,
+        description="Serve ResourceClaims of driver vnpu.io (docs/DRA.md): a VNPUAllocation per "
+        "allocated device, the binding conditions in the claim's status. Needs the API server "
+        "to serve resource.k8s.io/v1; without it the operator says so once and goes on.",
+    )
     preemption: bool = Field(
         default=False,
         description="Let a waiting vNPU pod evict running vNPU pods of lower priority "

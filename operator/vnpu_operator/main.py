@@ -12,11 +12,13 @@ from collections.abc import Sequence
 
 import kopf
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import __version__, eventloop, memory, names
 from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.http import serve_http
 from vnpu_common.logs import configure_logging
+from vnpu_common.rawcall import call_json
 from vnpu_operator.admission.server import WebhookServer
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.convergence import for_controller
@@ -26,13 +28,31 @@ from vnpu_operator.leases import LeasePoller
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.watches import (
     allocation_informer,
+    claim_informer,
     node_informer,
     pod_informer,
     vnpunode_informer,
 )
-from vnpu_operator.wiring import build_controller
+from vnpu_operator.wiring import build_claims, build_controller
 
 log = logging.getLogger("vnpu_operator")
+
+
+async def serves_resource_api(api_client: client.ApiClient) -> bool:
+    """Whether the API server serves resource.k8s.io/v1 (Kubernetes 1.34+),
+    which the DRA front-end watches. Any answer but NotFound counts as yes:
+    the claim informer retries a server that is briefly away."""
+    try:
+        await call_json(client.ResourceV1Api(api_client).get_api_resources)
+    except ApiException as exc:
+        if exc.status != 404:
+            return True
+        log.info(
+            "the API server does not serve %s: ResourceClaims are not served (docs/DRA.md)",
+            names.RESOURCE_API,
+        )
+        return False
+    return True
 
 
 async def run(settings: OperatorSettings) -> None:
@@ -44,7 +64,8 @@ async def run(settings: OperatorSettings) -> None:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     api_client = new_api_client(f"{names.USER_AGENT_OPERATOR}/{__version__}")
     metrics = OperatorMetrics()
-    controller = build_controller(OperatorApi(api_client, metrics.api_errors), settings, metrics)
+    api = OperatorApi(api_client, metrics.api_errors)
+    controller = build_controller(api, settings, metrics)
     runner = await serve_http(
         settings.metrics_host,
         settings.metrics_port,
@@ -71,12 +92,17 @@ async def run(settings: OperatorSettings) -> None:
         interval=settings.converge_seconds,
         retry_max=settings.retry_max_seconds,
     )
+    claims = None
+    if settings.dra and await serves_resource_api(api_client):
+        claims = build_claims(api, api_client, controller, metrics)
     informers = [
         vnpunode_informer(api_client, controller, settings),
         node_informer(api_client, controller, settings),
         pod_informer(api_client, controller, settings),
-        allocation_informer(api_client, controller, settings),
+        allocation_informer(api_client, controller, settings, claims),
     ]
+    if claims is not None:
+        informers.append(claim_informer(api_client, claims, settings))
     register(registry, controller, settings, leases, convergence, informers)
     trimming = asyncio.create_task(memory.trimmer().run(), name="memory-trim")
     try:

@@ -147,7 +147,12 @@ def phase_of(obj: Mapping[str, Any] | None) -> Any:
 
 
 def allocation_pod_uid(obj: Mapping[str, Any]) -> str:
-    """The UID of the pod an allocation is for (its spec, else its label)."""
+    """The UID of the pod an allocation is for (its spec, else its label);
+    "" for one that serves a ResourceClaim: the claim controller
+    (vnpu_operator.dra) owns those, and the pod controller must not release
+    them when their pod goes."""
+    if (obj.get("spec") or {}).get("claim"):
+        return ""
     spec_uid = (obj.get("spec") or {}).get("podUID")
     label_uid = ((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_POD_UID)
     return str(spec_uid or label_uid or "")

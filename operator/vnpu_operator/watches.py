@@ -25,6 +25,7 @@ from vnpu_common.informer import DELETED, Handler, Informer, ListCall, key_of
 from vnpu_common.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES, Controller
+from vnpu_operator.dra.claims import ClaimController
 from vnpu_operator.slim import identity, slim_allocation, slim_object, uid_of
 
 SOURCE_VNPUNODES, SOURCE_NODES, SOURCE_PODS, SOURCE_ALLOCATIONS = SOURCES
@@ -112,13 +113,24 @@ def _list_ours(api_client: client.ApiClient, plural: str) -> ListCall:
 
 
 def allocation_informer(
-    api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
+    api_client: client.ApiClient,
+    controller: Controller,
+    settings: OperatorSettings,
+    claims: ClaimController | None = None,
 ) -> Informer:
+    """`claims`: the DRA front-end, told of the allocations that serve a claim."""
+
     async def handle(kind: str, obj: Raw) -> None:
         if kind == DELETED:
-            controller.allocation_gone(last_known_allocation(controller, obj))
+            last = last_known_allocation(controller, obj)
+            controller.allocation_gone(last)
+            if claims is not None:
+                claims.allocation_event(True, last)
         else:
-            controller.allocation_seen(slim_allocation(obj))
+            slim = slim_allocation(obj)
+            controller.allocation_seen(slim)
+            if claims is not None:
+                claims.allocation_event(False, slim)
 
     list_call = _list_ours(api_client, names.ALLOCATION_PLURAL)
     return _informer(SOURCE_ALLOCATIONS, list_call, handle, identity, controller, settings)
@@ -148,3 +160,23 @@ def node_informer(
         inventories.node_event(_event_type(kind), obj)
 
     return _informer(SOURCE_NODES, core.list_node, handle, identity, controller, settings)
+
+
+def claim_informer(
+    api_client: client.ApiClient, claims: ClaimController, settings: OperatorSettings
+) -> Informer:
+    """ResourceClaims of every namespace; only ours are kept (ClaimController.keep)."""
+    resource = client.ResourceV1Api(api_client)
+
+    async def handle(kind: str, obj: Raw) -> None:
+        claims.claim_event(kind == DELETED, obj)
+
+    return Informer(
+        "resourceclaims",
+        resource.list_resource_claim_for_all_namespaces,
+        handle,
+        keep=claims.keep,
+        timeout_seconds=settings.watch_timeout_seconds,
+        retry_max_seconds=settings.retry_max_seconds,
+        listed=claims.claims_listed,
+    )

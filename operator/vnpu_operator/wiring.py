@@ -7,11 +7,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from kubernetes_asyncio.client import ApiClient
+
 from vnpu_common.types import Raw
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.advertise import Advertiser
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
+from vnpu_operator.dra.claimapi import ClaimApi
+from vnpu_operator.dra.claims import ClaimController
 from vnpu_operator.inventories import Inventories
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.metrics import OperatorMetrics, StateView
@@ -22,6 +26,20 @@ from vnpu_operator.steps.pin import Pinner
 from vnpu_operator.steps.place import Placer
 from vnpu_operator.steps.preempt import Preemption
 from vnpu_operator.waiting import WaitingLine
+
+
+def build_claims(
+    api: OperatorApi, api_client: ApiClient, controller: Controller, metrics: OperatorMetrics
+) -> ClaimController:
+    """The DRA front-end: books in the pod controller's ledger and acts only
+    once its caches are synced."""
+    return ClaimController(
+        api,
+        ClaimApi(api_client, metrics.api_errors),
+        controller.ledger,
+        ready=controller.is_synced,
+        retry_max_seconds=controller.settings.retry_max_seconds,
+    )
 
 
 def build_controller(

@@ -42,6 +42,8 @@ def hold(
 def node_filter(inventory: NodeInventory, request: PodRequest) -> Reason | None:
     if not inventory.live:
         return Reason.NODE_NOT_LIVE
+    if inventory.status.dra:
+        return Reason.DRA_NODE
     if not node_selector_matches(request.node_selector, inventory.labels):
         return Reason.NODE_SELECTOR
     if request.affinity_terms is not None and not node_selector_terms_match(

@@ -18,6 +18,8 @@ class Reason(StrEnum):
 
     NO_NODES = "no-nodes"
     NODE_NOT_LIVE = "node-not-live"
+    # The node hands out vNPUs through DRA only (its agent runs with --dra).
+    DRA_NODE = "dra-node"
     FAILED_BEFORE = "failed-before"
     NODE_SELECTOR = "node-selector"
     NODE_AFFINITY = "node-affinity"
@@ -54,6 +56,7 @@ _ORDER = {reason: i for i, reason in enumerate(Reason)}
 _LABELS = {
     Reason.NO_NODES: "no vNPU nodes known",
     Reason.NODE_NOT_LIVE: "node agent not live",
+    Reason.DRA_NODE: "node serves ResourceClaims only (DRA)",
     Reason.FAILED_BEFORE: "vNPU creation failed there before",
     Reason.NODE_SELECTOR: "node selector mismatch",
     Reason.NODE_AFFINITY: "node affinity mismatch",

@@ -1,0 +1,1 @@
+"""ResourceClaims of driver vnpu.io: the operator's DRA front-end (docs/DRA.md)."""
