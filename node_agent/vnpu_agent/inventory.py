@@ -37,9 +37,11 @@ def build_status(
     allocations: Iterable[Mapping[str, Any]],
     conditions: list[Condition],
     cordoned: Iterable[int] = (),
+    dra: bool = False,
 ) -> dict[str, Any]:
     """`cordoned`: the chip indexes of the VNPUNode's spec.cordonedChips, echoed
-    in the status for `kubectl get` (placement reads the spec itself)."""
+    in the status for `kubectl get` (placement reads the spec itself). `dra`:
+    the node's chips are a DRA pool (--dra)."""
     owner_of = owners(allocations)
     chip_statuses = []
     for chip in sorted(chips, key=lambda c: c.index):
@@ -86,6 +88,7 @@ def build_status(
         )
     status = VNPUNodeStatus(
         driver=driver,
+        dra=dra,
         chip_count=len(chip_statuses),
         vnpu_count=sum(len(c.vnpus) for c in chip_statuses),
         free_aicore=sum(c.aicore_free for c in chip_statuses if c.health == "Healthy"),

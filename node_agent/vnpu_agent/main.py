@@ -18,6 +18,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_agent.config import AgentSettings, parse_args
+from vnpu_agent.dra.publisher import ResourceApiMissingError, SliceApi
 from vnpu_agent.drivers.base import Driver
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.leases import LeaseRenewer
@@ -137,6 +138,13 @@ class Agent:
         self.api_client = new_api_client(f"{names.USER_AGENT_AGENT}/{__version__}")
         api = AgentApi(self.api_client, s.agent_namespace, self.metrics.api_errors)
         core = client.CoreV1Api(self.api_client)
+        slice_api = None
+        if s.dra:
+            slice_api = SliceApi(self.api_client, self.metrics.api_errors)
+            try:
+                await slice_api.check_served()
+            except ResourceApiMissingError as exc:
+                raise SystemExit(f"vnpu-agent: {exc}") from None
         self.watcher = AllocationWatcher(
             client.CustomObjectsApi(self.api_client),
             s.nodes,
@@ -155,11 +163,17 @@ class Agent:
         for node in s.nodes:
             driver = await build_driver(s, core, node)
             self.nodes[node] = NodeAgent(
-                node, driver, api, s, self.metrics, synced=watcher.synced.is_set
-            )
+                node, driver, api, s, self.metrics, synced=watcher.synced.is_set,
+                slice_api=slice_api,
+            )  # fmt: skip
         self.metrics.watch(lambda: list(self.nodes.values()))
         runner = await self.serve_http()
-        log.info("serving %d node(s) with the %s driver", len(self.nodes), s.driver)
+        log.info(
+            "serving %d node(s) with the %s driver%s",
+            len(self.nodes),
+            s.driver,
+            ", as DRA pools" if s.dra else "",
+        )
         tasks = [
             asyncio.create_task(watcher.run(), name="watch"),
             asyncio.create_task(self.node_watcher.run(), name="watch-vnpunodes"),

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from vnpu_agent import cdi
 from vnpu_agent.config import AgentSettings
+from vnpu_agent.dra.publisher import PoolPublisher, SliceApi
 from vnpu_agent.drivers.base import VNPU, ChipInfo, Driver, DriverError, NotFoundError
 from vnpu_agent.driverview import DriverView
 from vnpu_agent.kubeapi import AgentApi
@@ -49,7 +50,10 @@ class NodeAgent:
         *,
         synced: Callable[[], bool],
         clock: Callable[[], float] = time.monotonic,
+        slice_api: SliceApi | None = None,
     ) -> None:
+        """`slice_api`: with --dra, the node's chips are published as a DRA
+        pool through it (dra/publisher.py)."""
         self.node = node
         self.api = api
         self.settings = settings
@@ -60,9 +64,27 @@ class NodeAgent:
         # what serving works on and what the VNPUNode's status counts.
         self.allocs: dict[str, Raw] = {}
         self.view = DriverView(node, driver, settings, metrics)
+        self.pool = (
+            None
+            if slice_api is None
+            else PoolPublisher(
+                node,
+                slice_api,
+                retry_max_seconds=settings.retry_max_seconds,
+                verify_seconds=settings.dra_verify_seconds,
+                clock=lambda: self.clock(),
+            )
+        )
         # self.clock is read at each call: it may be replaced (tests do).
         self.publisher = NodePublisher(
-            node, self.view, self.allocs, api, settings, metrics, clock=lambda: self.clock()
+            node,
+            self.view,
+            self.allocs,
+            api,
+            settings,
+            metrics,
+            clock=lambda: self.clock(),
+            pool=self.pool,
         )
         self.serving = AllocationServer(
             node, self.view, self.publisher, self.allocs, api, settings, metrics
@@ -129,6 +151,8 @@ class NodeAgent:
         await self.view.refresh()
         self.serving.start()
         self._tasks = [asyncio.create_task(self._resync_loop(), name=f"resync-{self.node}")]
+        if self.pool is not None:
+            self._tasks.append(asyncio.create_task(self.pool.run(), name=f"pool-{self.node}"))
         try:
             await asyncio.gather(*self._tasks)
         finally:

@@ -17,12 +17,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vnpu_agent.config import AgentSettings
+from vnpu_agent.dra.publisher import PoolPublisher
 from vnpu_agent.driverview import DriverView
 from vnpu_agent.inventory import build_status, cordoned_chips, only_restates
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.mirror import NodeMirror
 from vnpu_common import names
+from vnpu_common.api.models import ChipStatus
 from vnpu_common.backoff import Backoff
 from vnpu_common.rawcall import describe
 from vnpu_common.types import Raw
@@ -48,8 +50,12 @@ class NodePublisher:
         metrics: AgentMetrics,
         *,
         clock: Callable[[], float],
+        pool: PoolPublisher | None = None,
     ) -> None:
+        """`pool`: the node's DRA pool (--dra), told the chips and cordons
+        each time the status is built."""
         self.node = node
+        self.pool = pool
         self.view = view
         self.allocs = allocs
         self.api = api
@@ -99,6 +105,7 @@ class NodePublisher:
             await view.reread_chips()
         if view.ok:
             await self._tell_chip_health()
+        cordoned = cordoned_chips(self.mirror.observed)
         status = build_status(
             driver=view.driver.name,
             chips=view.chips,
@@ -106,8 +113,13 @@ class NodePublisher:
             vnpus=view.vnpus,
             allocations=self.allocs.values(),
             conditions=view.conditions,
-            cordoned=cordoned_chips(self.mirror.observed),
+            cordoned=cordoned,
+            dra=self.pool is not None,
         )
+        if self.pool is not None and view.ok:
+            # The pool changes only with the chips' identity, health, totals
+            # and templates or the cordons; it compares and wakes its task.
+            self.pool.update([ChipStatus.model_validate(c) for c in status["chips"]], cordoned)
         if status == self._last_status and not self._force:
             return
         restore, missing = self.mirror.needs_restore_write(), self.mirror.missing()
