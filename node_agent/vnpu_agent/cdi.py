@@ -49,47 +49,44 @@ def device_name(vnpu_id: int) -> str:
     return f"{CDI_KIND}={vnpu_id}"
 
 
-def render(vnpu_id: int, template: str, host_device_dir: Path = HOST_DEVICE_DIR) -> dict[str, Any]:
-    """The spec of one vNPU: the host's `vdavinci<id>` appears in the
-    container as `/dev/davinci<id>` (what the Ascend runtime does), the
-    control devices under their own names, all taken from `host_device_dir`."""
+def _device(name: str, vnpu_id: int, host_device_dir: Path) -> dict[str, Any]:
+    """One CDI device giving a container the vNPU `vnpu_id`: the host's
+    `vdavinci<id>` appears in the container as `/dev/davinci<id>` (what the
+    Ascend runtime does), the control devices under their own names, all
+    taken from `host_device_dir`."""
     host = Path(names.device_path(vnpu_id)).name
     nodes = [{"path": f"/dev/davinci{vnpu_id}", "hostPath": str(host_device_dir / host)}]
     nodes += [{"path": f"/dev/{d}", "hostPath": str(host_device_dir / d)} for d in SHARED_DEVICES]
     return {
-        "cdiVersion": CDI_VERSION,
-        "kind": CDI_KIND,
-        "annotations": {f"{names.GROUP}/template": template},
-        "devices": [
-            {
-                "name": str(vnpu_id),
-                "containerEdits": {
-                    "deviceNodes": nodes,
-                    "env": [
-                        f"{names.ENV_VISIBLE_DEVICES}={vnpu_id}",
-                        f"{names.ENV_RUNTIME_OPTIONS}={names.RUNTIME_OPTIONS_VIRTUAL}",
-                    ],
-                },
-            }
-        ],
+        "name": name,
+        "containerEdits": {
+            "deviceNodes": nodes,
+            "env": [
+                f"{names.ENV_VISIBLE_DEVICES}={vnpu_id}",
+                f"{names.ENV_RUNTIME_OPTIONS}={names.RUNTIME_OPTIONS_VIRTUAL}",
+            ],
+        },
     }
 
 
-def write(
-    cdi_dir: Path,
-    node: str,
-    vnpu_id: int,
-    template: str,
-    host_device_dir: Path = HOST_DEVICE_DIR,
-) -> Path:
+def render(vnpu_id: int, template: str, host_device_dir: Path = HOST_DEVICE_DIR) -> dict[str, Any]:
+    """The spec of one vNPU, device `vnpu.io/vnpu=<id>` (see _device)."""
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": CDI_KIND,
+        "annotations": {f"{names.GROUP}/template": template},
+        "devices": [_device(str(vnpu_id), vnpu_id, host_device_dir)],
+    }
+
+
+def _write_atomic(cdi_dir: Path, path: Path, spec: dict[str, Any]) -> Path:
     """Writes atomically, so a runtime never reads half a spec (the CDI
     library reads only `.json` and `.yaml` files, so never the temporary).
     A spec already there as it should be is left alone: every resync ensures
     every vNPU, and rewriting an unchanged file (mkdir, write, rename) was
     most of the agent's file-system time."""
-    path = spec_path(cdi_dir, node, vnpu_id)
     # No indent: the C encoder, a fifth of the cost (runtimes read it, not people).
-    text = json.dumps(render(vnpu_id, template, host_device_dir))
+    text = json.dumps(spec)
     with contextlib.suppress(OSError, UnicodeDecodeError):
         if path.read_text() == text:
             return path
@@ -103,6 +100,78 @@ def write(
     return path
 
 
+def write(
+    cdi_dir: Path,
+    node: str,
+    vnpu_id: int,
+    template: str,
+    host_device_dir: Path = HOST_DEVICE_DIR,
+) -> Path:
+    """The spec of one vNPU, written atomically (_write_atomic)."""
+    path = spec_path(cdi_dir, node, vnpu_id)
+    return _write_atomic(cdi_dir, path, render(vnpu_id, template, host_device_dir))
+
+
 def remove(cdi_dir: Path, node: str, vnpu_id: int) -> None:
     with contextlib.suppress(FileNotFoundError):
         spec_path(cdi_dir, node, vnpu_id).unlink()
+
+
+# -- DRA: one spec per prepared device of a claim (vnpu_agent/dra/prepare.py) --------
+#
+# Named after the claim's UID and the device, never after the vNPU id alone: a
+# runtime caches CDI devices by name, and a new claim must not be handed a name
+# an old one had (docs/DRA.md, "The kubelet plugin").
+
+
+def claim_device(claim_uid: str, device: str) -> str:
+    """The CDI device name of one prepared device of a claim."""
+    return f"{claim_uid}-{device}"
+
+
+def claim_device_id(claim_uid: str, device: str) -> str:
+    """The fully qualified CDI id the kubelet hands the runtime, e.g.
+    `vnpu.io/claim=<claim uid>-npu-0-vir05-1c-16g-0`."""
+    return f"{names.DRA_CDI_KIND}={claim_device(claim_uid, device)}"
+
+
+def claim_spec_path(cdi_dir: Path, claim_uid: str, device: str) -> Path:
+    return cdi_dir / f"{names.GROUP}-claim-{claim_device(claim_uid, device)}.json"
+
+
+def render_claim(
+    claim_uid: str,
+    device: str,
+    vnpu_id: int,
+    template: str,
+    host_device_dir: Path = HOST_DEVICE_DIR,
+) -> dict[str, Any]:
+    """The spec of one prepared claim device: kind `vnpu.io/claim`, the
+    same device nodes and env as the vNPU's own spec (render)."""
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": names.DRA_CDI_KIND,
+        "annotations": {
+            f"{names.GROUP}/template": template,
+            f"{names.GROUP}/claim-uid": claim_uid,
+        },
+        "devices": [_device(claim_device(claim_uid, device), vnpu_id, host_device_dir)],
+    }
+
+
+def write_claim(
+    cdi_dir: Path,
+    claim_uid: str,
+    device: str,
+    vnpu_id: int,
+    template: str,
+    host_device_dir: Path = HOST_DEVICE_DIR,
+) -> Path:
+    path = claim_spec_path(cdi_dir, claim_uid, device)
+    spec = render_claim(claim_uid, device, vnpu_id, template, host_device_dir)
+    return _write_atomic(cdi_dir, path, spec)
+
+
+def remove_claim(cdi_dir: Path, claim_uid: str, device: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        claim_spec_path(cdi_dir, claim_uid, device).unlink()

@@ -54,6 +54,21 @@ class AgentSettings(ComponentSettings):
         "them when it injects a device, so they must exist there; with the sim driver on a "
         "real node, point it at --sim-device-dir.",
     )
+    dra_plugins_dir: Path = Field(
+        default=Path("/var/lib/kubelet/plugins"),
+        description="--dra: the kubelet's plugins directory; the DRA plugin's socket is "
+        "<dir>/vnpu.io/dra[-<pod uid>].sock, the same path in the container as on the host.",
+    )
+    dra_registry_dir: Path = Field(
+        default=Path("/var/lib/kubelet/plugins_registry"),
+        description="--dra: the kubelet's plugin registration directory; the plugin "
+        "registers through <dir>/vnpu.io[-<pod uid>]-reg.sock.",
+    )
+    pod_uid: str = Field(
+        default="",
+        description="The agent pod's UID (downward API): with --dra, part of the plugin's "
+        "socket names, so the old and the new agent of a rolling update both serve.",
+    )
     sim_chips: str = Field(
         default="",
         description="Simulated chips when the node has no sim.vnpu.io/chips annotation, "

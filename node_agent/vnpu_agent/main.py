@@ -18,6 +18,9 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_agent.config import AgentSettings, parse_args
+from vnpu_agent.dra import plugin as dra_plugin
+from vnpu_agent.dra.plugin import KubeletPlugin
+from vnpu_agent.dra.prepare import ApiClaimReader
 from vnpu_agent.dra.publisher import ResourceApiMissingError, SliceApi
 from vnpu_agent.drivers.base import Driver
 from vnpu_agent.kubeapi import AgentApi
@@ -167,6 +170,7 @@ class Agent:
                 slice_api=slice_api,
             )  # fmt: skip
         self.metrics.watch(lambda: list(self.nodes.values()))
+        plugin = await self._kubelet_plugin()
         runner = await self.serve_http()
         log.info(
             "serving %d node(s) with the %s driver%s",
@@ -190,7 +194,23 @@ class Agent:
             for t in stuck:
                 log.error("shutdown: task %s did not stop when cancelled", t.get_name())
             await runner.cleanup()
+            if plugin is not None:
+                await plugin.stop()
             await self.api_client.close()
+
+    async def _kubelet_plugin(self) -> KubeletPlugin | None:
+        """With --dra and --node-name: the node's kubelet plugin, serving
+        before the node's allocations are; with --simulate-nodes none (their
+        kubelets, kwok's, call no plugin; docs/DRA.md, "The kubelet plugin")."""
+        s = self.settings
+        if not s.dra or s.simulate_nodes:
+            return None
+        assert self.api_client is not None
+        agent = self.nodes[s.node_name]
+        preparer, plugin = dra_plugin.for_node(s, s.node_name, ApiClaimReader(self.api_client))
+        agent.serving.use_prepared_claims(preparer)
+        await plugin.start()
+        return plugin
 
 
 def main(argv: Sequence[str] | None = None) -> int:

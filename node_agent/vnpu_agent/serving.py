@@ -9,6 +9,9 @@ Invariants kept here:
 - a vNPU whose allocation exists and is not being deleted is never
   destroyed (the release path also refuses when another live allocation
   references the id);
+- a DRA allocation's vNPU is not destroyed while its claim is still
+  prepared on the node (the kubelet has not unprepared it: its containers
+  may still run); the kubelet plugin's Unprepare queues it again;
 - the allocation finalizer is removed only after the vNPU is gone;
 - no allocation write happens when nothing changed (the echo of our own
   Ready write is not reconciled again).
@@ -17,8 +20,9 @@ Invariants kept here:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -52,6 +56,14 @@ log = logging.getLogger("vnpu_agent.node")
 # Transient driver failures are retried this many times before the
 # allocation stays Failed (the operator then places the pod elsewhere).
 MAX_CREATE_ATTEMPTS = 5
+
+
+class PreparedClaims(Protocol):
+    """The kubelet plugin's prepared claims (vnpu_agent/dra/prepare.py)."""
+
+    def is_prepared(self, claim_uid: str) -> bool: ...
+
+    def on_unprepared(self, callback: Callable[[str], None]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +109,22 @@ class AllocationServer:
         # watch event is the echo of a state already reconciled, and queueing
         # it again would only find nothing to do (a quarter of the events).
         self._echoes: dict[str, str] = {}
+        # On a DRA node, the claims the kubelet has prepared (use_prepared_claims).
+        self.prepared: PreparedClaims | None = None
+
+    def use_prepared_claims(self, prepared: PreparedClaims) -> None:
+        """Defers the destroy of a claim's vNPU while `prepared` says the claim
+        is prepared, and re-checks when it is unprepared."""
+        self.prepared = prepared
+        prepared.on_unprepared(self._claim_unprepared)
+
+    def _claim_unprepared(self, claim_uid: str) -> None:
+        for key, obj in list(self.allocs.items()):
+            claim = (obj.get("spec") or {}).get("claim") or {}
+            if claim.get("uid") == claim_uid and (obj.get("metadata") or {}).get(
+                "deletionTimestamp"
+            ):
+                self.queue.add(key)
 
     # -- watch events --------------------------------------------------------
 
@@ -357,6 +385,15 @@ class AllocationServer:
         spec = rec.model.spec
         if names.ALLOCATION_FINALIZER not in rec.model.metadata.finalizers:
             return
+        claim = spec.claim
+        if claim is not None and self.prepared is not None and self.prepared.is_prepared(claim.uid):
+            msg = (
+                f"claim {rec.model.metadata.namespace}/{claim.name} is still prepared on "
+                f"{self.node} (its containers may still run); vNPU {spec.vnpu_id} is destroyed "
+                "once the kubelet unprepares it"
+            )
+            await self._note_deferred_msg(rec, msg, names.REASON_DESTROY_DEFERRED, "Normal")
+            raise RetryLater(msg)
         await self.view.reread_chip(spec.chip)
         vnpu = self.view.vnpus.get(spec.vnpu_id)
         ours = vnpu is not None and (vnpu.template, vnpu.chip) == (spec.template, spec.chip)
@@ -396,10 +433,6 @@ class AllocationServer:
         self.metrics.released(self.node)
 
     async def _note_deferred(self, rec: AllocationRecord, exc: DriverError) -> None:
-        """Once per allocation: phase Releasing and an Event saying why."""
-        if rec.key in self._deferred_noted:
-            return
-        self._deferred_noted.add(rec.key)
         vnpu_id = rec.model.spec.vnpu_id
         in_use = isinstance(exc, InUseError)
         msg = (
@@ -407,17 +440,21 @@ class AllocationServer:
             if in_use
             else f"destroying vNPU {vnpu_id} failed, retrying: {exc}"
         )
+        reason = names.REASON_DESTROY_DEFERRED if in_use else exc.reason
+        await self._note_deferred_msg(rec, msg, reason, "Normal" if in_use else "Warning")
+
+    async def _note_deferred_msg(
+        self, rec: AllocationRecord, msg: str, reason: str, type_: str
+    ) -> None:
+        """Once per allocation: phase Releasing and an Event saying why."""
+        if rec.key in self._deferred_noted:
+            return
+        self._deferred_noted.add(rec.key)
         await self.api.patch_allocation_status(
             rec.obj,
             {"phase": names.PHASE_RELEASING, "message": msg},
         )
-        await self.api.event(
-            rec.obj,
-            type_="Normal" if in_use else "Warning",
-            reason=names.REASON_DESTROY_DEFERRED if in_use else exc.reason,
-            message=msg,
-            node=self.node,
-        )
+        await self.api.event(rec.obj, type_=type_, reason=reason, message=msg, node=self.node)
 
     def _being_freed(self, chip: int) -> bool:
         """Whether one of our vNPUs on `chip` is on its way out: its allocation is

@@ -1,0 +1,250 @@
+"""The kubelet plugin's gRPC side: the Registration service on the kubelet's
+plugin registry socket and the DRAPlugin service on the plugin's own socket
+(docs/DRA.md, "The kubelet plugin"). Thin adapters: what a call does is
+prepare.py's.
+
+The DRA server starts before the registration socket appears (the kubelet
+connects to the DRA socket as soon as it sees the registration); stale
+sockets are removed first (ours, and those of earlier agents that nobody
+listens on any more), and both sockets carry the pod's UID when the agent
+knows it, so that during a rolling update the old and the new agent's
+sockets never collide (kubelet >= 1.33).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc import aio
+
+from vnpu_agent.config import AgentSettings
+from vnpu_agent.dra.prepare import ClaimId, ClaimReader, Preparer
+from vnpu_agent.dra.protos.dra.v1 import api_pb2 as dra_pb2
+from vnpu_agent.dra.protos.pluginregistration.v1 import api_pb2 as reg_pb2
+from vnpu_common import names
+
+log = logging.getLogger(__name__)
+
+PLUGIN_TYPE = "DRAPlugin"
+SUPPORTED_VERSIONS = ("v1.DRAPlugin",)
+REGISTRATION_SERVICE = reg_pb2.DESCRIPTOR.services_by_name["Registration"].full_name
+DRA_SERVICE = dra_pb2.DESCRIPTOR.services_by_name["DRAPlugin"].full_name
+
+
+@dataclass(frozen=True, slots=True)
+class Sockets:
+    dra: Path  # <plugins dir>/<driver>/dra[-<pod uid>].sock
+    registration: Path  # <registry dir>/<driver>[-<pod uid>]-reg.sock
+
+
+def sockets(driver: str, plugins_dir: Path, registry_dir: Path, pod_uid: str = "") -> Sockets:
+    """The names Go's helper gives them (k8s.io/dynamic-resource-allocation
+    kubeletplugin, RollingUpdate): with the pod's UID both carry it, so the
+    old and the new agent of a rolling update each have their own."""
+    part = f"-{pod_uid}" if pod_uid else ""
+    return Sockets(
+        dra=plugins_dir / driver / f"dra{part}.sock",
+        registration=registry_dir / f"{driver}{part}-reg.sock",
+    )
+
+
+class RegistrationService:
+    def __init__(self, driver: str, endpoint: Path) -> None:
+        self.driver = driver
+        self.endpoint = endpoint
+
+    async def get_info(
+        self, _request: reg_pb2.InfoRequest, _context: aio.ServicerContext[object, object]
+    ) -> reg_pb2.PluginInfo:
+        return reg_pb2.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=self.driver,
+            endpoint=str(self.endpoint),
+            supported_versions=list(SUPPORTED_VERSIONS),
+        )
+
+    async def notify_registration_status(
+        self, request: reg_pb2.RegistrationStatus, _context: aio.ServicerContext[object, object]
+    ) -> reg_pb2.RegistrationStatusResponse:
+        if request.plugin_registered:
+            log.info("the kubelet registered DRA plugin %s", self.driver)
+        else:
+            log.error("the kubelet refused DRA plugin %s: %s", self.driver, request.error)
+        return reg_pb2.RegistrationStatusResponse()
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            REGISTRATION_SERVICE,
+            {
+                "GetInfo": grpc.unary_unary_rpc_method_handler(
+                    self.get_info,
+                    request_deserializer=reg_pb2.InfoRequest.FromString,
+                    response_serializer=reg_pb2.PluginInfo.SerializeToString,
+                ),
+                "NotifyRegistrationStatus": grpc.unary_unary_rpc_method_handler(
+                    self.notify_registration_status,
+                    request_deserializer=reg_pb2.RegistrationStatus.FromString,
+                    response_serializer=reg_pb2.RegistrationStatusResponse.SerializeToString,
+                ),
+            },
+        )
+
+
+def _claims(request: dra_pb2.NodePrepareResourcesRequest) -> list[ClaimId]:
+    return [ClaimId(c.namespace, c.uid, c.name) for c in request.claims]
+
+
+class DRAService:
+    def __init__(self, preparer: Preparer) -> None:
+        self.preparer = preparer
+
+    async def prepare(
+        self,
+        request: dra_pb2.NodePrepareResourcesRequest,
+        _context: aio.ServicerContext[object, object],
+    ) -> dra_pb2.NodePrepareResourcesResponse:
+        results = await self.preparer.prepare(_claims(request))
+        response = dra_pb2.NodePrepareResourcesResponse()
+        for uid, result in results.items():
+            entry = response.claims[uid]
+            if result.error:
+                entry.error = result.error
+                continue
+            for d in result.devices:
+                entry.devices.append(
+                    dra_pb2.Device(
+                        request_names=[d.request],
+                        pool_name=d.pool,
+                        device_name=d.device,
+                        cdi_device_ids=list(d.cdi_ids),
+                    )
+                )
+        return response
+
+    async def unprepare(
+        self,
+        request: dra_pb2.NodeUnprepareResourcesRequest,
+        _context: aio.ServicerContext[object, object],
+    ) -> dra_pb2.NodeUnprepareResourcesResponse:
+        claims = [ClaimId(c.namespace, c.uid, c.name) for c in request.claims]
+        results = await self.preparer.unprepare(claims)
+        response = dra_pb2.NodeUnprepareResourcesResponse()
+        for uid, error in results.items():
+            response.claims[uid].error = error
+        return response
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            DRA_SERVICE,
+            {
+                "NodePrepareResources": grpc.unary_unary_rpc_method_handler(
+                    self.prepare,
+                    request_deserializer=dra_pb2.NodePrepareResourcesRequest.FromString,
+                    response_serializer=dra_pb2.NodePrepareResourcesResponse.SerializeToString,
+                ),
+                "NodeUnprepareResources": grpc.unary_unary_rpc_method_handler(
+                    self.unprepare,
+                    request_deserializer=dra_pb2.NodeUnprepareResourcesRequest.FromString,
+                    response_serializer=dra_pb2.NodeUnprepareResourcesResponse.SerializeToString,
+                ),
+            },
+        )
+
+
+def _remove_stale(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+        log.info("removed stale socket %s", path)
+
+
+def _listened(path: Path) -> bool:
+    """Whether a process accepts connections on the unix socket `path`."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+        return True
+
+
+def remove_dead_sockets(paths: Sockets, driver: str) -> None:
+    """Sockets an earlier agent of this driver left behind (a crash, a
+    rolling update's old pod killed): removed when nothing listens on them,
+    so the kubelet does not keep trying them. A live one (the other agent of
+    a rolling update) is left alone."""
+    candidates = [
+        *paths.dra.parent.glob("dra*.sock"),
+        *paths.registration.parent.glob(f"{driver}-*reg.sock"),
+    ]
+    for path in candidates:
+        if path not in (paths.dra, paths.registration) and not _listened(path):
+            _remove_stale(path)
+
+
+async def _serve(handler: grpc.GenericRpcHandler, path: Path) -> aio.Server:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(path)
+    server = aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    if server.add_insecure_port(f"unix://{path}") == 0:
+        raise OSError(f"cannot listen on {path}")
+    await server.start()
+    return server
+
+
+class KubeletPlugin:
+    """Both servers of the plugin; `start` then `stop`."""
+
+    def __init__(self, driver: str, preparer: Preparer, paths: Sockets) -> None:
+        self.driver = driver
+        self.preparer = preparer
+        self.paths = paths
+        self._servers: list[aio.Server] = []
+
+    async def start(self) -> None:
+        self.paths.dra.parent.mkdir(parents=True, exist_ok=True)
+        self.paths.registration.parent.mkdir(parents=True, exist_ok=True)
+        remove_dead_sockets(self.paths, self.driver)
+        dra = await _serve(DRAService(self.preparer).handler(), self.paths.dra)
+        self._servers.append(dra)
+        reg = RegistrationService(self.driver, self.paths.dra)
+        self._servers.append(await _serve(reg.handler(), self.paths.registration))
+        log.info(
+            "DRA kubelet plugin %s serving %s, registered through %s",
+            self.driver,
+            self.paths.dra,
+            self.paths.registration,
+        )
+
+    async def stop(self, grace: float = 2.0) -> None:
+        # Registration first: the kubelet stops sending calls to a plugin
+        # whose registration socket is gone.
+        for server in reversed(self._servers):
+            await server.stop(grace)
+        self._servers.clear()
+        _remove_stale(self.paths.registration)
+        _remove_stale(self.paths.dra)
+
+
+def for_node(
+    settings: AgentSettings, node: str, reader: ClaimReader
+) -> tuple[Preparer, KubeletPlugin]:
+    """The plugin of the node this agent serves, from its settings: the
+    checkpoint in the node's state directory, the specs in the CDI directory."""
+    preparer = Preparer(
+        node,
+        reader,
+        settings.state_dir / node / "dra" / "checkpoint.json",
+        settings.cdi_dir,
+        settings.cdi_host_device_dir,
+    )
+    paths = sockets(
+        names.DRA_DRIVER, settings.dra_plugins_dir, settings.dra_registry_dir, settings.pod_uid
+    )
+    return preparer, KubeletPlugin(names.DRA_DRIVER, preparer, paths)
