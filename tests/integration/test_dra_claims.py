@@ -1,0 +1,248 @@
+"""vNPUs as DRA devices on the real control plane (docs/DRA.md): the scheduler
+allocates a device of an agent's pool to a pod's ResourceClaim, the operator
+declares it in a VNPUAllocation, the agent creates the vNPU, and only then
+does the binding condition let the scheduler bind the pod. The claim's end
+releases the allocation and the agent destroys the vNPU.
+
+Node layout (prefix `dra-`): dra-a and dra-b, one 910B3 each, served by one
+agent with --dra: each chip offers 4 x vir05_1c_16g or 2 x vir10_3c_32g.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from operator_harness import Stack, StackOf, get_json
+
+from localplane import LocalPlane, NodeSpec
+from localplane.waiting import wait_for
+from vnpu_common import names
+
+pytestmark = pytest.mark.plane
+
+NODES = ("dra-a", "dra-b")
+SMALL = "vir05_1c_16g"
+
+
+@pytest.fixture(scope="module")
+def stack(stack_of: StackOf, plane: LocalPlane) -> Stack:
+    plane.apply(device_class())
+    return stack_of([NodeSpec(name=n, chips={"910B3": 1}) for n in NODES], agent_extra=["--dra"])
+
+
+def device_class() -> dict[str, Any]:
+    """What the chart installs (templates/deviceclass.yaml)."""
+    return {
+        "apiVersion": names.RESOURCE_API,
+        "kind": "DeviceClass",
+        "metadata": {"name": names.DRA_DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{names.DRA_DRIVER}"'}}]},
+    }
+
+
+def claim_template(namespace: str, name: str, template: str, count: int = 1) -> dict[str, Any]:
+    selector = f'device.attributes["{names.DRA_DRIVER}"].{names.DRA_ATTR_TEMPLATE} == "{template}"'
+    return {
+        "apiVersion": names.RESOURCE_API,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "npu",
+                            "exactly": {
+                                "deviceClassName": names.DRA_DEVICE_CLASS,
+                                "count": count,
+                                "selectors": [{"cel": {"expression": selector}}],
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+def claim_pod(namespace: str, name: str, template_claim: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "npu"}]}}
+            ],
+            "resourceClaims": [{"name": "npu", "resourceClaimTemplateName": template_claim}],
+            "tolerations": [{"operator": "Exists"}],
+            "nodeSelector": {"type": "kwok"},
+        },
+    }
+
+
+def pod_claim(plane: LocalPlane, namespace: str, pod: str) -> dict[str, Any] | None:
+    p = get_json(plane, "pod", "-n", namespace, pod) or {}
+    statuses = (p.get("status") or {}).get("resourceClaimStatuses") or []
+    name = next((s.get("resourceClaimName") for s in statuses if s.get("resourceClaimName")), None)
+    if not name:
+        return None
+    claim: dict[str, Any] | None = get_json(plane, "resourceclaim", "-n", namespace, name)
+    return claim
+
+
+def claim_allocations(plane: LocalPlane, namespace: str, claim_uid: str) -> list[dict[str, Any]]:
+    got = get_json(
+        plane, "vnpuallocations", "-n", namespace, "-l", f"{names.LABEL_CLAIM_UID}={claim_uid}"
+    )
+    return list((got or {}).get("items", []))
+
+
+def bound_node(plane: LocalPlane, namespace: str, pod: str) -> str | None:
+    p = get_json(plane, "pod", "-n", namespace, pod) or {}
+    node = (p.get("spec") or {}).get("nodeName")
+    return str(node) if node else None
+
+
+def node_vnpus(plane: LocalPlane, node: str) -> dict[int, str]:
+    vn = get_json(plane, "vnpunode", node) or {}
+    return {
+        v["id"]: v["template"]
+        for chip in (vn.get("status") or {}).get("chips") or []
+        for v in chip.get("vnpus") or []
+    }
+
+
+def test_a_claims_vnpu_exists_before_its_pod_binds_and_goes_with_the_claim(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    plane.apply(claim_template(namespace, "small", SMALL))
+    plane.apply(claim_pod(namespace, "one", "small"))
+
+    def bound() -> str | None:
+        return bound_node(plane, namespace, "one")
+
+    node = wait_for("pod bound", bound, timeout=60)
+    # Bound means the binding condition was True, which the operator sets only
+    # from a Ready allocation: the vNPU existed first.
+    claim = pod_claim(plane, namespace, "one")
+    assert claim is not None
+    uid = claim["metadata"]["uid"]
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"]) == (names.DRA_DRIVER, node)
+    (alloc,) = claim_allocations(plane, namespace, uid)
+    assert alloc["metadata"]["name"] == names.dra_allocation_name(uid, result["device"])
+    assert alloc["status"]["phase"] == names.PHASE_READY
+    spec = alloc["spec"]
+    assert spec["claim"] == {
+        "name": claim["metadata"]["name"],
+        "uid": uid,
+        "request": "npu",
+        "device": result["device"],
+    }
+    assert (spec["nodeName"], spec["template"]) == (node, SMALL)
+    (owner,) = alloc["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("ResourceClaim", uid)
+    (entry,) = claim["status"]["devices"]
+    ready = {c["type"]: c["status"] for c in entry["conditions"]}
+    assert ready[names.DRA_COND_READY] == "True"
+    wait_for("vNPU listed", lambda: node_vnpus(plane, node).get(spec["vnpuId"]) == SMALL)
+
+    plane.kubectl("delete", "pod", "-n", namespace, "one", "--wait=false")
+    wait_for("allocation gone", lambda: not claim_allocations(plane, namespace, uid), timeout=60)
+    wait_for("vNPU destroyed", lambda: spec["vnpuId"] not in node_vnpus(plane, node), timeout=30)
+
+
+def test_devices_are_never_shared_and_a_freed_one_goes_to_the_next_pod(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    """Two chips offer 8 x vir05_1c_16g; the ninth pod waits in the scheduler
+    until one of the eight goes."""
+    plane.apply(claim_template(namespace, "small", SMALL))
+    pods = [f"fill-{i}" for i in range(9)]
+    for name in pods:
+        plane.apply(claim_pod(namespace, name, "small"))
+
+    def bound_count() -> int | None:
+        n = sum(1 for p in pods if bound_node(plane, namespace, p))
+        return n if n >= 8 else None
+
+    wait_for("eight bound", bound_count, timeout=120)
+    time.sleep(3)
+    assert bound_count() == 8
+    waiting = next(p for p in pods if not bound_node(plane, namespace, p))
+    allocs = (get_json(plane, "vnpuallocations", "-n", namespace) or {}).get("items", [])
+    held = Counter((a["spec"]["nodeName"], a["spec"]["vnpuId"]) for a in allocs)
+    assert len(held) == 8, held
+    assert set(held.values()) == {1}, held
+    devices = Counter((a["spec"]["nodeName"], a["spec"]["claim"]["device"]) for a in allocs)
+    assert set(devices.values()) == {1}
+
+    gone = next(p for p in pods if p != waiting)
+    plane.kubectl("delete", "pod", "-n", namespace, gone, "--wait=false")
+    wait_for(f"{waiting} bound", lambda: bound_node(plane, namespace, waiting), timeout=90)
+    for name in pods:
+        plane.kubectl("delete", "pod", "-n", namespace, name, "--wait=false", check=False)
+    wait_for(
+        "every allocation released",
+        lambda: not (get_json(plane, "vnpuallocations", "-n", namespace) or {}).get("items"),
+        timeout=90,
+    )
+
+
+def test_a_failed_create_gives_the_claim_back_to_the_scheduler(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    """dra-a's driver refuses every create: the claim's device there fails its
+    binding with the agent's message, the scheduler deallocates the claim and
+    the pod ends up on dra-b."""
+    stack.agent.sim("dra-a").inject_failure(
+        "create", -8005, times=1000, message="no room, says dcmi"
+    )
+    try:
+        plane.apply(claim_template(namespace, "big", "vir10_3c_32g"))
+        plane.apply({**claim_pod(namespace, "stubborn", "big"),
+                     "metadata": {"name": "stubborn", "namespace": namespace}})  # fmt: skip
+        # Whichever node the scheduler tries first, the pod binds on dra-b.
+        node = wait_for("pod bound", lambda: bound_node(plane, namespace, "stubborn"), timeout=120)
+        assert node == "dra-b"
+        events = plane.kubectl("get", "events", "-n", namespace, "-o", "yaml").stdout
+        failed_on_a = "no room, says dcmi" in events
+        claim = pod_claim(plane, namespace, "stubborn")
+        assert claim is not None
+        (alloc,) = claim_allocations(plane, namespace, claim["metadata"]["uid"])
+        assert alloc["spec"]["nodeName"] == "dra-b"
+        # The failed allocation on dra-a (if the scheduler tried there) is gone.
+        leftovers = [
+            a
+            for a in (get_json(plane, "vnpuallocations", "-n", namespace) or {}).get("items", [])
+            if a["spec"]["nodeName"] == "dra-a"
+        ]
+        wait_for("nothing left on dra-a", lambda: not leftovers or not [
+            a for a in (get_json(plane, "vnpuallocations", "-n", namespace) or {}).get("items", [])
+            if a["spec"]["nodeName"] == "dra-a"
+        ], timeout=60)  # fmt: skip
+        print(f"scheduler tried dra-a first: {failed_on_a}")
+    finally:
+        stack.agent.sim("dra-a").clear_faults()
+        plane.kubectl("delete", "pod", "-n", namespace, "stubborn", "--wait=false", check=False)
+
+
+def test_an_annotated_pod_is_never_placed_on_a_dra_node(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    from localplane.pods import vnpu_pod
+
+    plane.apply(vnpu_pod("annotated", namespace, template=SMALL))
+    time.sleep(3)
+    p = get_json(plane, "pod", "-n", namespace, "annotated") or {}
+    assert not (p.get("spec") or {}).get("nodeName")
+    conds = {c["type"]: c for c in (p.get("status") or {}).get("conditions") or []}
+    waiting = conds.get(names.POD_COND_ALLOCATED)
+    assert waiting is not None
+    assert waiting["status"] == "False"
+    assert "DRA" in waiting["message"], waiting
+    plane.kubectl("delete", "pod", "-n", namespace, "annotated", "--wait=false")
