@@ -139,6 +139,84 @@ def test_rendered_manifests_pass_server_side_validation(plane: LocalPlane, names
         assert "(server dry run)" in proc.stdout
 
 
+DRA_API = ("--api-versions", "resource.k8s.io/v1/DeviceClass")
+
+
+def test_dra_gives_the_agent_the_flag_its_rbac_and_the_device_class(
+    plane: LocalPlane, namespace: str
+) -> None:
+    """agent.dra (docs/DRA.md): the agents get --dra (VNPU_DRA), RBAC on
+    ResourceSlices and ResourceClaims, the node-scoping policy covers their
+    slices, and the DeviceClass vnpu.io exists where resource.k8s.io/v1 is
+    served. Off (the default), none of it."""
+
+    def agent_env(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+        return {
+            e["name"]: e.get("value")
+            for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+
+    def agent_rules(docs: list[dict[str, Any]]) -> dict[str, list[str]]:
+        (role,) = [
+            d for d in docs
+            if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "vnpu-operator-agent"
+        ]  # fmt: skip
+        return {
+            f"{g}/{r}": rule["verbs"]
+            for rule in role["rules"]
+            for g in rule["apiGroups"]
+            for r in rule["resources"]
+        }
+
+    def scoped(docs: list[dict[str, Any]]) -> list[str]:
+        (vap,) = [
+            d for d in docs
+            if d["kind"] == "ValidatingAdmissionPolicy"
+            and d["metadata"]["name"].endswith("node-scope")
+        ]  # fmt: skip
+        return [
+            r
+            for rule in vap["spec"]["matchConstraints"]["resourceRules"]
+            for r in rule["resources"]
+        ]
+
+    off = render(plane, *DRA_API)
+    assert "VNPU_DRA" not in agent_env(off)
+    assert not [k for k in agent_rules(off) if k.startswith("resource.k8s.io/")]
+    assert "resourceslices" not in scoped(off)
+    assert not [d for d in off if d["kind"] == "DeviceClass"]
+
+    on = render(plane, "--set", "agent.dra=true", *DRA_API)
+    assert agent_env(on)["VNPU_DRA"] == "true"
+    rules = agent_rules(on)
+    assert rules["resource.k8s.io/resourceslices"] == [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ]  # fmt: skip
+    assert rules["resource.k8s.io/resourceclaims"] == ["get", "list", "watch"]
+    assert "resourceslices" in scoped(on)
+    (cls,) = [d for d in on if d["kind"] == "DeviceClass"]
+    assert cls["apiVersion"] == "resource.k8s.io/v1"
+    assert cls["metadata"]["name"] == names.DRA_DEVICE_CLASS
+    assert cls["spec"]["selectors"] == [{"cel": {"expression": 'device.driver == "vnpu.io"'}}]
+
+    # Not served (Kubernetes < 1.34, or not named to helm template): no class.
+    assert not [d for d in render(plane, "--set", "agent.dra=true") if d["kind"] == "DeviceClass"]
+    no_class = render(plane, "--set", "agent.dra=true", "--set", "dra.deviceClass=false", *DRA_API)
+    assert not [d for d in no_class if d["kind"] == "DeviceClass"]
+
+    # What the API server makes of it (the plane serves resource.k8s.io/v1).
+    out = template(
+        plane, *SIM_VALUES, "--set", "agent.dra=true", *DRA_API, "--skip-tests",
+        namespace=namespace,
+    ).stdout  # fmt: skip
+    proc = plane.kubectl(
+        "apply", "--dry-run=server", "-f", "-", input=out, check=False, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "deviceclass.resource.k8s.io/vnpu.io created (server dry run)" in proc.stdout
+
+
 def test_driver_host_mounts(plane: LocalPlane) -> None:
     def daemonset(*values: str) -> dict[str, Any]:
         (ds,) = [d for d in render(plane, *values) if d["kind"] == "DaemonSet"]
