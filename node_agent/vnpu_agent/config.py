@@ -33,10 +33,12 @@ class AgentSettings(ComponentSettings):
         default=[],
         description="Serve several simulated nodes in one process (sim driver only).",
     )
+    # The chart's default (agent.driver); --simulate-nodes without --driver means sim.
     driver: DriverKind = Field(
-        default="sim",
-        description="How vNPUs are made: sim (simulated chips, no NPU), npu-smi (the "
-        "npu-smi tool) or dcmi (the driver's libdcmi).",
+        default="dcmi",
+        description="How vNPUs are made: dcmi (the driver's libdcmi; the default, as in the "
+        "chart), npu-smi (the npu-smi tool) or sim (simulated chips, no NPU; the default "
+        "with --simulate-nodes).",
     )
     # The old name of agent_namespace, kept for one release (docs/DECISIONS.md).
     namespace: CliSuppress[str | None] = Field(
@@ -156,6 +158,13 @@ class AgentSettings(ComponentSettings):
         if isinstance(value, str):
             return [n.strip() for n in value.split(",") if n.strip()]
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _simulated_default_sim(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("simulate_nodes") and "driver" not in data:
+            return {**data, "driver": "sim"}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> AgentSettings:

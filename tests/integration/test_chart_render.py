@@ -224,14 +224,21 @@ def test_driver_host_mounts(plane: LocalPlane) -> None:
 
     spec = daemonset("--set", "agent.driver=dcmi")["spec"]["template"]["spec"]
     paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    # dcmi needs no npu-smi on the host (a hostPath of type File fails the pod where the
+    # file is missing).
     assert paths == {
         "/dev",
         "/usr/local/Ascend/driver",
-        "/usr/local/sbin/npu-smi",
         "/etc/vnpu.cfg",
         "/var/run/cdi",
         "/var/lib/vnpu-agent",
     }
+    assert "VNPU_NPU_SMI_PATH" not in {e["name"] for e in spec["containers"][0]["env"]}
+    npu_smi = daemonset("--set", "agent.driver=npu-smi")["spec"]["template"]["spec"]
+    (tool,) = [v for v in npu_smi["volumes"] if v["name"] == "npu-smi"]
+    assert tool["hostPath"] == {"path": "/usr/local/sbin/npu-smi", "type": "File"}
+    env = {e["name"]: e.get("value") for e in npu_smi["containers"][0]["env"]}
+    assert env["VNPU_NPU_SMI_PATH"] == "/usr/local/sbin/npu-smi"
     container = spec["containers"][0]
     assert container["securityContext"]["privileged"] is True
     # Which nodes: agent.npuNodeLabels (test_agent_tolerates_ascend_taints_...).
@@ -493,3 +500,31 @@ def test_helm_template_needs_no_cluster_only_the_kube_version(
     readme = (CHART / "README.md").read_text()
     assert "--kube-version 1.34" in readme
     assert "--api-versions cert-manager.io/v1" in readme
+
+
+def test_service_monitor_and_rules_only_where_their_api_is_served(plane: LocalPlane) -> None:
+    """Both need the Prometheus Operator's CRDs: where they are missing the install would
+    fail on an unknown kind, so neither is rendered (NOTES.txt says why)."""
+    on = ("--set", "metrics.serviceMonitor.enabled=true", "--set",
+          "metrics.prometheusRule.enabled=true")  # fmt: skip
+
+    def kinds(*values: str) -> set[str]:
+        return {d["kind"] for d in render(plane, *on, *values)}
+
+    assert not {"ServiceMonitor", "PrometheusRule"} & kinds()
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds(
+        "--api-versions", "monitoring.coreos.com/v1"
+    )
+
+
+def test_the_api_error_rate_alert(plane: LocalPlane) -> None:
+    docs = render(plane, "--set", "metrics.prometheusRule.enabled=true",
+                  "--set", "metrics.prometheusRule.apiErrorsFor=3m",
+                  "--api-versions", "monitoring.coreos.com/v1")  # fmt: skip
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    alert = alerts["VNPUOperatorAPIErrors"]
+    assert "vnpu_operator_api_errors_total" in alert["expr"]
+    assert alert["expr"].endswith("> 0")
+    assert alert["for"] == "3m"
+    assert "WriteRefused" in alert["annotations"]["description"]

@@ -90,3 +90,11 @@ def test_old_and_new_namespace_names_that_disagree_are_refused(
     assert "VNPU_NAMESPACE (old) disagree" in err
     # Both naming the same namespace is no conflict.
     assert parse_args(["--node-name=n", "--agent-namespace=old"]).agent_namespace == "old"
+
+
+def test_driver_defaults_to_the_charts_and_to_sim_for_simulated_nodes() -> None:
+    """A node's agent defaults to dcmi, as the chart's agent.driver does; the
+    demo's and benchmarks' --simulate-nodes imply sim."""
+    assert parse_args(["--node-name=n"]).driver == "dcmi"
+    assert parse_args(["--simulate-nodes=a,b"]).driver == "sim"
+    assert AgentSettings(simulate_nodes=["a"]).driver == "sim"
