@@ -42,7 +42,12 @@ lock: $(STAMP) ## re-resolve the lock files from pyproject.toml, keeping other p
 	bash hack/lock.sh $(if $(UPGRADE),--upgrade)
 
 .PHONY: plane
-plane: ## build (or reuse) the control-plane binaries from Go modules
+plane: ## build (or reuse) the control-plane binaries from Go modules, both Kubernetes lanes (hack/plane/versions.env)
+	@bash hack/plane/build.sh --all >/dev/null
+
+# The main lane alone: what the demos, the benchmarks and the real node need.
+.PHONY: plane-main
+plane-main:
 	@bash hack/plane/build.sh >/dev/null
 
 .PHONY: node-tools
@@ -80,6 +85,7 @@ typecheck: $(STAMP) ## mypy (strict)
 .PHONY: test
 test: $(STAMP) plane lint typecheck ## everything CI runs (root: the real-node lane; bench-quick last: correctness only)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-k8s134
 	$(MAKE) --no-print-directory test-realnode
 	$(MAKE) --no-print-directory bench-quick
 
@@ -87,40 +93,44 @@ test: $(STAMP) plane lint typecheck ## everything CI runs (root: the real-node l
 test-unit: $(STAMP) ## unit tests only (no control plane)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+.PHONY: test-k8s134
+test-k8s134: $(STAMP) plane ## the tests marked k8s134 (policies, quota, gates, webhooks) again, on the Kubernetes 1.34 lane
+	$(PY) -m pytest -m k8s134 --k8s-lane 1.34 tests/integration $(PYTEST_ARGS)
+
 .PHONY: test-e2e
-test-e2e: $(STAMP) plane ## the end-to-end test alone: the demo's story, checked, on a plane of its own (about a minute)
+test-e2e: $(STAMP) plane-main ## the end-to-end test alone: the demo's story, checked, on a plane of its own (about a minute)
 	$(PY) -m pytest -m e2e e2e $(PYTEST_ARGS)
 
 .PHONY: test-realnode
-test-realnode: $(STAMP) plane node-tools image ## the real-node lane alone (root; a kubelet + containerd node on the local plane)
+test-realnode: $(STAMP) plane-main node-tools image ## the real-node lane alone (root; a kubelet + containerd node on the local plane)
 	$(PY) -m pytest -m realnode tests/integration $(PYTEST_ARGS)
 
 .PHONY: demo
-demo: $(STAMP) plane ## the whole story on a local plane
+demo: $(STAMP) plane-main ## the whole story on a local plane
 	PYTHONPATH=$(PYPATH) $(PY) e2e/demo.py
 
 .PHONY: demo-node
-demo-node: $(STAMP) plane node-tools image ## the story on a real node (root): chart, product image, kubectl exec into containers with vNPUs
+demo-node: $(STAMP) plane-main node-tools image ## the story on a real node (root): chart, product image, kubectl exec into containers with vNPUs
 	PYTHONPATH=$(PYPATH) $(PY) e2e/demo_node.py
 
 .PHONY: bench
-bench: $(STAMP) plane ## scale benchmark with the floors: 200 nodes, 1000 pods at 10/s (about 11 min on 2 cores; bench/results.json)
+bench: $(STAMP) plane-main ## scale benchmark with the floors: 200 nodes, 1000 pods at 10/s (about 11 min on 2 cores; bench/results.json)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 200 --pods 1000 --rate 10 --out bench/results.json
 
 .PHONY: bench-10pps
-bench-10pps: $(STAMP) plane ## the same 200-node churn without the floors (about 6 min; bench/results-10pps.json)
+bench-10pps: $(STAMP) plane-main ## the same 200-node churn without the floors (about 6 min; bench/results-10pps.json)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 200 --pods 1000 --rate 10 --no-floors --no-floor-replay --out bench/results-10pps.json
 
 .PHONY: bench-pyspy
-bench-pyspy: $(STAMP) plane ## the 200-node churn without the floors, py-spy sampling where the CPU goes (about 6 min; bench/results-pyspy.json)
+bench-pyspy: $(STAMP) plane-main ## the 200-node churn without the floors, py-spy sampling where the CPU goes (about 6 min; bench/results-pyspy.json)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 200 --pods 1000 --rate 10 --no-floors --no-floor-replay --pyspy --out bench/results-pyspy.json
 
 .PHONY: bench-rate
-bench-rate: $(STAMP) plane ## floors and the sustainable rate (p99 ungated <= 1 s), ours vs plain pods, 20 nodes (minutes)
+bench-rate: $(STAMP) plane-main ## floors and the sustainable rate (p99 ungated <= 1 s), ours vs plain pods, 20 nodes (minutes)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 20 --pods 600 --rate 20 --rate-search --rate-search-budget 150 --out bench/results-20n-floors.json
 
 .PHONY: bench-1000
-bench-1000: $(STAMP) plane ## 1000 nodes x 8 chips, 4 agent processes, 1000 pods at 10/s, no floors (about 15 min on 2 cores; bench/results-1000.json)
+bench-1000: $(STAMP) plane-main ## 1000 nodes x 8 chips, 4 agent processes, 1000 pods at 10/s, no floors (about 15 min on 2 cores; bench/results-1000.json)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 1000 --agents 4 --pods 1000 --rate 10 --idle 20 --timeout 600 --no-floors --no-floor-replay --out bench/results-1000.json
 
 .PHONY: bench-placement
@@ -128,19 +138,19 @@ bench-placement: $(STAMP) ## placement quality per policy: 200 nodes, no control
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.placement --out bench/results-placement.json
 
 .PHONY: bench-policies
-bench-policies: $(STAMP) plane ## API server CPU per plain pod with and without the protection policies, 20 nodes (bench/results-policies.json; minutes)
+bench-policies: $(STAMP) plane-main ## API server CPU per plain pod with and without the protection policies, 20 nodes (bench/results-policies.json; minutes)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.policycost --out bench/results-policies.json
 
 .PHONY: bench-quick
-bench-quick: $(STAMP) plane ## small benchmark (20 nodes, 200 pods); fails on a correctness counter
+bench-quick: $(STAMP) plane-main ## small benchmark (20 nodes, 200 pods); fails on a correctness counter
 	PYTHONPATH=$(PYPATH) $(PY) -m bench --quick
 
 .PHONY: bench-quick-floors
-bench-quick-floors: $(STAMP) plane ## the small benchmark with the floors: CPU per pod, latencies (about 3 min; bench/results-quick-floors.json)
+bench-quick-floors: $(STAMP) plane-main ## the small benchmark with the floors: CPU per pod, latencies (about 3 min; bench/results-quick-floors.json)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench --quick --floors --out bench/results-quick-floors.json
 
 .PHONY: cluster-up
-cluster-up: $(STAMP) plane ## start a local plane in .localplane/ and print KUBECONFIG
+cluster-up: $(STAMP) plane-main ## start a local plane in .localplane/ and print KUBECONFIG
 	@PYTHONPATH=$(PYPATH) $(PY) -m localplane up --crds crds
 
 .PHONY: cluster-down

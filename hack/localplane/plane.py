@@ -77,10 +77,53 @@ def run_build_script(
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def bin_dir() -> Path:
-    """Where build.sh puts (or would put) the binaries."""
+# Which Kubernetes lane a plane runs when none is named: "1.34" for the older lane of
+# hack/plane/versions.env (K8S_LEGACY_VERSION), unset or the main lane's for K8S_VERSION.
+LANE_ENV = "VNPU_K8S_LANE"
+
+
+def _minor(version: str) -> str:
+    """`v1.37.2` -> `1.37`."""
+    return ".".join(version.lstrip("v").split(".")[:2])
+
+
+def lanes() -> dict[str, str]:
+    """The Kubernetes lanes of versions.env, major.minor -> version: the main lane
+    (K8S_VERSION) first, then the older one (K8S_LEGACY_VERSION)."""
+    versions = (policies.kube_version("K8S_VERSION"), policies.kube_version("K8S_LEGACY_VERSION"))
+    return {_minor(v): v for v in versions}
+
+
+def main_lane() -> str:
+    return next(iter(lanes()))
+
+
+def default_lane() -> str:
+    """`$VNPU_K8S_LANE`, else the main lane."""
+    return os.environ.get(LANE_ENV) or main_lane()
+
+
+def lane_version(lane: str) -> str:
+    """The Kubernetes version of `lane` ("1.34" -> "v1.34.4"); PlaneError for a lane
+    versions.env does not have."""
+    known = lanes()
+    if lane not in known:
+        raise PlaneError(
+            f"no Kubernetes lane {lane!r} (${LANE_ENV}); hack/plane/versions.env has "
+            f"{', '.join(known)}"
+        )
+    return known[lane]
+
+
+def bin_dir(lane: str | None = None) -> Path:
+    """Where build.sh puts (or would put) the binaries of `lane` (the default lane)."""
+    lane = lane or default_lane()
+    lane_version(lane)
     out = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), "--print"], check=True, capture_output=True, text=True
+        ["bash", str(BUILD_SCRIPT), "--lane", lane, "--print"],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return Path(out.stdout.strip().splitlines()[-1])
 
@@ -96,14 +139,16 @@ REQUIRED_BINARIES = (
 )
 
 
-def find_binaries() -> Path:
-    """The bin dir, or a PlaneError that says how to build it."""
-    bins = bin_dir()
+def find_binaries(lane: str | None = None) -> Path:
+    """The bin dir of `lane` (the default lane), or a PlaneError that says how to
+    build it."""
+    bins = bin_dir(lane)
     missing = [b for b in REQUIRED_BINARIES if not (bins / b).is_file()]
     if missing:
         raise PlaneError(
             f"control-plane binaries missing in {bins}: {', '.join(missing)}. "
-            "Build them with `make plane` (hack/plane/build.sh); `make test` does this itself."
+            "Build them with `make plane` (hack/plane/build.sh, both lanes); "
+            "`make test` does this itself."
         )
     return bins
 
@@ -153,12 +198,23 @@ class PlaneState:
 
 
 class LocalPlane:
-    """Starts and stops one control plane in `workdir`."""
+    """Starts and stops one control plane in `workdir`, of Kubernetes `lane` ("1.34";
+    `$VNPU_K8S_LANE` or the main lane of hack/plane/versions.env by default)."""
 
-    def __init__(self, workdir: Path, *, attached: bool = True, bins: Path | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        attached: bool = True,
+        bins: Path | None = None,
+        lane: str | None = None,
+    ) -> None:
         self.workdir = workdir.resolve()
         self.attached = attached
-        self.bins = bins or find_binaries()
+        self.lane = lane or default_lane()
+        # The version the API server, controller-manager and scheduler are of.
+        self.k8s_version = lane_version(self.lane)
+        self.bins = bins or find_binaries(self.lane)
         self.ports = Ports.pick()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._stopped = False
@@ -235,7 +291,10 @@ class LocalPlane:
             self._wait_controllers()
             progress("installing the protection policies")
             self.install_policies()
-            progress(f"control plane ready in {time.monotonic() - t0:.1f}s")
+            progress(
+                f"control plane (Kubernetes {self.k8s_version}) ready in "
+                f"{time.monotonic() - t0:.1f}s"
+            )
         except BaseException:
             self.stop()
             raise
@@ -495,6 +554,10 @@ class LocalPlane:
             [
                 self.binary("kube-controller-manager"),
                 f"--kubeconfig={self.kubeconfig}",
+                # Delegated authn/authz, as the scheduler's: the admin may read /metrics
+                # (the feature gates it runs with, tests/integration/test_dra_plane.py).
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={self.ports.controller_manager}",
                 "--leader-elect=false",
@@ -724,7 +787,9 @@ class LocalPlane:
             self._wait_policies(enforced=False)
 
     def _policy_manifests(self) -> str:
-        return policies.render(self.binary("helm"), self.workdir / "helm-policies")
+        return policies.render(
+            self.binary("helm"), self.workdir / "helm-policies", self.k8s_version
+        )
 
     def _allocation_crd_established(self) -> bool:
         crd = self.get_json("crd", f"{names.ALLOCATION_PLURAL}.{names.GROUP}") or {}

@@ -43,14 +43,15 @@ RELEASE = "vnpu-localplane"
 NOT_THE_OPERATOR = "VNPUAllocations are created by the vnpu-operator only"
 
 
-def kube_version() -> str:
-    """The plane's Kubernetes version (helm built from source assumes 1.20, which the
-    chart's kubeVersion refuses)."""
+def kube_version(key: str = "K8S_VERSION") -> str:
+    """A Kubernetes version of versions.env: the main lane's (`K8S_VERSION`) or the older
+    lane's (`K8S_LEGACY_VERSION`). Helm built from source assumes 1.20, which the chart's
+    kubeVersion refuses, so the policies are rendered for the plane's own."""
     for line in VERSIONS.read_text().splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "K8S_VERSION":
+        name, _, value = line.partition("=")
+        if name.strip() == key:
             return value.strip()
-    raise RuntimeError(f"no K8S_VERSION in {VERSIONS}")
+    raise RuntimeError(f"no {key} in {VERSIONS}")
 
 
 def settings() -> list[str]:
@@ -63,9 +64,10 @@ def settings() -> list[str]:
     ]  # fmt: skip
 
 
-def render(helm: str, home: Path) -> str:
-    """The policy manifests, for the local operator's username. `home` keeps helm's
-    cache and config (it writes there even for `template`)."""
+def render(helm: str, home: Path, version: str | None = None) -> str:
+    """The policy manifests, for the local operator's username and the plane's
+    Kubernetes `version` (the main lane's by default). `home` keeps helm's cache and
+    config (it writes there even for `template`)."""
     show = [arg for t in templates() for arg in ("--show-only", t)]
     proc = subprocess.run(
         [
@@ -75,7 +77,7 @@ def render(helm: str, home: Path) -> str:
             str(CHART),
             *show,
             "--kube-version",
-            kube_version(),
+            version or kube_version(),
             "--set",
             f"fullnameOverride={RELEASE}",
             *settings(),

@@ -72,9 +72,9 @@ need "$cdi_plugin" && want_cdi_plugin=1
 # Tools are checked only when something needs them, so a complete cache
 # works on a machine without Go or apt.
 if (( want_kubelet + want_containerd + want_pause + want_cdi_plugin > 0 )); then
-  command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH. The kubelet, containerd, pause and the test device plugin are built from Go modules; install Go >= 1.25 (https://go.dev/doc/install) and run again."
+  command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH. The kubelet, containerd, pause and the test device plugin are built from Go modules; install Go >= 1.26 (https://go.dev/doc/install) and run again."
   go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
-  [[ "$go_minor" =~ ^[0-9]+$ ]] && (( go_minor >= 25 )) || die "Go $(go env GOVERSION) is too old: containerd $CONTAINERD_VERSION needs Go >= 1.25."
+  [[ "$go_minor" =~ ^[0-9]+$ ]] && (( go_minor >= 26 )) || die "Go $(go env GOVERSION) is too old: the kubelet $K8S_VERSION needs Go >= 1.26 (containerd $CONTAINERD_VERSION >= 1.25)."
 fi
 if (( want_runc + want_cni + want_busybox > 0 )); then
   for tool in apt-get apt-cache dpkg-deb; do

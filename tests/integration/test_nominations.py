@@ -29,7 +29,9 @@ from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_common import names
 
-pytestmark = pytest.mark.plane
+# k8s134: also run on the 1.34 lane (`make test-k8s134`), since it depends on the API
+# server's or the scheduler's version.
+pytestmark = [pytest.mark.plane, pytest.mark.k8s134]
 
 __all__ = ["admin", "tenant"]  # fixtures, used by name
 

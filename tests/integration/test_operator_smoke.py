@@ -13,6 +13,10 @@ from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_common import names
 
+# k8s134: also run on the 1.34 lane (`make test-k8s134`): the scheduling-gate path end to
+# end on the older API server and scheduler.
+pytestmark = pytest.mark.k8s134
+
 
 @pytest.fixture(scope="module")
 def stack(stack_of: StackOf) -> Stack:

@@ -33,7 +33,9 @@ from localplane.waiting import wait_for
 from vnpu_common import names
 from vnpu_operator.config import OperatorSettings
 
-pytestmark = pytest.mark.plane
+# k8s134: also run on the 1.34 lane (`make test-k8s134`), since it depends on the API
+# server's or the scheduler's version.
+pytestmark = [pytest.mark.plane, pytest.mark.k8s134]
 
 NODE, LABEL = "preempt-a", "preempt-test"
 TEMPLATE = "vir05_1c_16g"  # four fill the node's one 910B3 chip

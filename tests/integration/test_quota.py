@@ -22,7 +22,9 @@ from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_common import names
 
-pytestmark = pytest.mark.plane
+# k8s134: also run on the 1.34 lane (`make test-k8s134`), since it depends on the API
+# server's or the scheduler's version.
+pytestmark = [pytest.mark.plane, pytest.mark.k8s134]
 
 NODE, LABEL = "quota-a", "quota-test"
 TEMPLATE = "vir05_1c_16g"  # 5 AICore, 16 GiB: four fill a 910B3 chip

@@ -35,7 +35,9 @@ from vnpu_operator.admission import (
     validating_webhook_configuration,
 )
 
-pytestmark = pytest.mark.plane
+# k8s134: also run on the 1.34 lane (`make test-k8s134`), since it depends on the API
+# server's or the scheduler's version.
+pytestmark = [pytest.mark.plane, pytest.mark.k8s134]
 
 NODE = "wcert-a"
 KINDS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
