@@ -6,7 +6,7 @@ and on every agent process for the churn's length and reads its raw output
 the processes' memory from outside and never stops them, so the figures of
 the same run stay what they would be without it; cProfile, which traces every
 call inside the process, about doubled the operator's CPU and shifted the
-shares toward small Python functions (docs/DECISIONS.md, issue 14 round 10).
+shares toward small Python functions (docs/DECISIONS.md, 'The benchmarks').
 
 A function's share is inclusive: the fraction of samples in which it is on
 the stack (counted once however deep it recurs). Samples whose innermost

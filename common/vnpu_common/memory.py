@@ -4,7 +4,7 @@ A burst (a thousand pods admitted and placed, a thousand nodes listed) leaves
 glibc's heap with many free pages between live objects. glibc returns only
 the top of the heap on its own, so the process keeps its peak size for good:
 at 1000 nodes the operator held 50 MB more than it used after one fill
-(docs/DECISIONS.md, 'Issue 14, round 5'). `malloc_trim(0)` hands every free
+(docs/DECISIONS.md, 'Cost per pod and per event'). `malloc_trim(0)` hands every free
 page back; it walks the heap (tens of milliseconds at 300 MB), so it runs
 only when the resident size has grown by `grow_mb` since the last trim, at
 most once per `interval` seconds.

@@ -1,7 +1,7 @@
 """Kopf wiring: the process's lifecycle, one thin handler, and Kopf's settings.
 
-Economy rules (docs/DECISIONS.md, 'Performance at 200 nodes', 'Watches
-without Kopf's per-event cost' and 'Issue 14, round 7'):
+Economy rules (docs/DECISIONS.md, 'The operator and Kopf', 'Watches
+without Kopf's per-event cost'):
 - Every kind placement and the lifecycle read (VNPUNodes, Nodes, pods,
   allocations) is watched by an informer (watches.py), started here once
   every agent Lease has been listed (leases.py polls them), and stopped with
