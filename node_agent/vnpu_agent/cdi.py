@@ -5,7 +5,9 @@ files when the container's CRI config names that device, which only a device
 plugin's Allocate answer, a DRA driver or an NRI plugin does; the product has
 none of those (the Ascend runtime, which reads ASCEND_VISIBLE_DEVICES, does
 not need the specs), so they are written for a requester of the user's own
-(docs/REAL-NODE.md, "CDI specs").
+(docs/REAL-NODE.md, "CDI specs"). On a DRA node the kubelet plugin writes a
+spec of its own per prepared claim device (kind `vnpu.io/claim`, below), and
+the kubelet names those to the runtime (docs/DRA.md, "The kubelet plugin").
 
 Device nodes carry no type, major or minor: the driver picks the major when
 it loads, so the runtime's CDI library stats each `hostPath` at injection
