@@ -12,7 +12,7 @@
 # by hash. For a release, name the commit and its time in the labels:
 #   docker build --build-arg REVISION=$(git rev-parse HEAD) \
 #     --build-arg CREATED=$(git log -1 --format=%cI) .
-# and `docker buildx build --platform linux/arm64` for Kunpeng hosts (docs: README, Image).
+# and `docker buildx build --platform linux/arm64` for Kunpeng hosts (docs/IMAGE.md).
 # Debian's Python (bookworm ships 3.11): the same interpreter with or without Docker.
 ARG PYTHON=python3.11
 # debian:bookworm-slim as published in late September 2026. The daemonless build makes

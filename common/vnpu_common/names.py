@@ -94,8 +94,8 @@ PHASE_READY: Final = "Ready"
 PHASE_RELEASING: Final = "Releasing"
 PHASE_FAILED: Final = "Failed"
 
-# Event and condition reasons, as `kubectl describe` shows them. The README's
-# lists are checked against these tuples.
+# Event and condition reasons, as `kubectl describe` shows them. The lists in
+# docs/USAGE.md are checked against these tuples.
 # On pods, by the operator (Events, and the vnpu.io/Allocated condition):
 REASON_VNPUS_READY: Final = "VNPUsReady"
 REASON_WAITING: Final = "WaitingForCapacity"

@@ -354,7 +354,7 @@ class VNPUNodeSpec(ApiModel):
     cordoned_chips: list[CordonedChip] = Field(
         default_factory=list,
         max_length=1024,
-        description="Chips out of service for new vNPUs (kubectl patch; see README).",
+        description="Chips out of service for new vNPUs (kubectl vnpu cordon; docs/USAGE.md).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["chip"]},
     )
 
