@@ -214,7 +214,13 @@ class Agent:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = parse_args(argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["check"]:
+        # `vnpu-agent check`: the hardware self-check (check.py), no cluster needed.
+        from vnpu_agent import check
+
+        return check.main(args[1:])
+    settings = parse_args(args)
     configure_logging(settings.log_level, settings.log_format)
     for deprecation in settings.deprecations():
         log.warning("%s", deprecation)
