@@ -30,7 +30,9 @@ SMALL = "vir05_1c_16g"
 @pytest.fixture(scope="module")
 def stack(stack_of: StackOf, plane: LocalPlane) -> Stack:
     plane.apply(device_class())
-    return stack_of([NodeSpec(name=n, chips={"910B3": 1}) for n in NODES], agent_extra=["--dra"])
+    return stack_of(
+        [NodeSpec(name=n, chips={"910B3": 1}) for n in NODES], agent_extra=["--dra", "true"]
+    )
 
 
 def device_class() -> dict[str, Any]:
@@ -146,6 +148,27 @@ def test_a_claims_vnpu_exists_before_its_pod_binds_and_goes_with_the_claim(
     assert (spec["nodeName"], spec["template"]) == (node, SMALL)
     (owner,) = alloc["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"]) == ("ResourceClaim", uid)
+    # The device the scheduler chose declares the binding conditions, so it waited
+    # for them, and the pod was scheduled no earlier than the vNPU was ready.
+    slices = get_json(plane, "resourceslices", "--field-selector", f"spec.nodeName={node}")
+    device = next(
+        d
+        for sl in (slices or {}).get("items", [])
+        for d in sl["spec"].get("devices") or []
+        if d["name"] == result["device"]
+    )
+    assert device["bindingConditions"] == [names.DRA_COND_READY]
+    assert device["bindingFailureConditions"] == [names.DRA_COND_FAILED]
+    ready_at = next(
+        c["lastTransitionTime"] for c in alloc["status"]["conditions"] if c["type"] == "Ready"
+    )
+    pod = get_json(plane, "pod", "-n", namespace, "one")
+    scheduled_at = next(
+        c["lastTransitionTime"]
+        for c in pod["status"]["conditions"]
+        if c["type"] == "PodScheduled" and c["status"] == "True"
+    )
+    assert ready_at <= scheduled_at
     (entry,) = claim["status"]["devices"]
     ready = {c["type"]: c["status"] for c in entry["conditions"]}
     assert ready[names.DRA_COND_READY] == "True"
