@@ -1,0 +1,231 @@
+"""The DRA kubelet plugin, called by a real kubelet: the agent (sim driver,
+--dra, serving the real node by --node-name as the DaemonSet does) registers
+its plugin in the kubelet's plugin registry; the kubelet prepares a pod's
+ResourceClaim through it, and containerd injects the CDI spec the plugin
+wrote: the container sees /dev/davinci<id>. The vNPU of a deleted allocation
+stays while the claim is prepared, and goes once the kubelet unprepares it.
+
+No scheduler and no operator: the claim's allocation and reservation are
+written as the scheduler would, the VNPUAllocation as the operator would, and
+the pod names its node. Needs the real node's kubelet to speak DRA v1
+(Kubernetes 1.34 and later; the lane runs the plane's version). Needs root.
+`make test-realnode` runs these (marker `realnode`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_harness import allocation, create, get_alloc, phase
+from operator_harness import purge_foreign
+from realnode_harness import exec_in, running
+
+from localplane.components import AGENT_NAMESPACE, AgentProcess, flags, free_port
+from localplane.plane import LocalPlane
+from localplane.realnode import KUBELET_ROOT, TEST_IMAGE, RealNode
+from localplane.waiting import wait_for
+from vnpu_agent import cdi
+from vnpu_common import names
+
+pytestmark = [pytest.mark.plane, pytest.mark.realnode]
+
+CONTROL_DEVICES = {"davinci_manager": (1, 5), "devmm_svm": (1, 7), "hisi_hdc": (1, 9)}
+TEMPLATE = "vir05_1c_16g"
+DEVICE = names.dra_device_name(0, TEMPLATE, 0)
+VNPU_ID = 105
+REGISTRATION = KUBELET_ROOT / "plugins_registry" / f"{names.DRA_DRIVER}-reg.sock"
+
+
+class OwnNodeAgent(AgentProcess):
+    """The agent as the DaemonSet runs it: --node-name, not --simulate-nodes
+    (an agent simulating nodes serves no kubelet plugin)."""
+
+    def start(
+        self, *, env: dict[str, str] | None = None, ready_timeout: float = 30
+    ) -> AgentProcess:
+        self.port = free_port()
+        (node,) = self.nodes
+        args = [
+            f"--kubeconfig={self.plane.agent_kubeconfig}",
+            f"--node-name={node}",
+            f"--state-dir={self.state_dir}",
+            f"--agent-namespace={AGENT_NAMESPACE}",
+            "--metrics-host=127.0.0.1",
+            f"--metrics-port={self.port}",
+            *flags(self.settings),
+            *self.extra,
+        ]
+        self.launch(args, {**self.plane.env(), **(env or {})}, ready_timeout=ready_timeout)
+        return self
+
+
+@pytest.fixture(scope="module")
+def dra_agent(
+    plane: LocalPlane, real_node: RealNode, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AgentProcess]:
+    if plane.kubectl("get", "namespace", AGENT_NAMESPACE, check=False).returncode != 0:
+        plane.kubectl("create", "namespace", AGENT_NAMESPACE)
+    dev = real_node.device_dir
+    dev.mkdir(parents=True, exist_ok=True)
+    for name, numbers in CONTROL_DEVICES.items():
+        (dev / name).unlink(missing_ok=True)
+        os.mknod(dev / name, stat.S_IFCHR | 0o666, os.makedev(*numbers))
+    purge_foreign(plane, [real_node.name])
+    agent = OwnNodeAgent(
+        plane,
+        Path(tmp_path_factory.mktemp("dra-agent")),
+        [real_node.name],
+        extra=[
+            "--dra=true",
+            "--driver=sim",
+            "--sim-chips=910B3=1",
+            f"--sim-device-dir={dev}",
+            f"--cdi-host-device-dir={dev}",
+            f"--cdi-dir={real_node.cdi_dir}",
+        ],
+    )
+    agent.start()
+    wait_for("VNPUNode published", lambda: plane.get_json("vnpunode", real_node.name), 30)
+    wait_for("the plugin's registration socket", REGISTRATION.exists, 10)
+    wait_for(
+        "the kubelet registered the plugin",
+        lambda: "the kubelet registered DRA plugin" in agent.log_tail(400),
+        30,
+    )
+    try:
+        yield agent
+    finally:
+        try:
+            for alloc in (plane.get_json("vnpuallocations", "-A") or {}).get("items", []):
+                meta = alloc["metadata"]
+                if (meta.get("labels") or {}).get(names.LABEL_NODE) == real_node.name:
+                    plane.kubectl("delete", "vnpuallocation", "-n", meta["namespace"],
+                                  meta["name"], "--wait=true", timeout=60, check=False)  # fmt: skip
+        finally:
+            agent.kill(signal.SIGTERM)
+            plane.kubectl("delete", "vnpunode", real_node.name, "--wait=false", check=False)
+            plane.kubectl(
+                "delete", "resourceslices.resource.k8s.io",
+                f"--field-selector=spec.nodeName={real_node.name}", check=False,
+            )  # fmt: skip
+            plane.kubectl(
+                "delete", "lease", "-n", AGENT_NAMESPACE, names.lease_name(real_node.name),
+                check=False,
+            )  # fmt: skip
+
+
+def _claim(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": names.RESOURCE_API,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "npu", "exactly": {"deviceClassName": names.DRA_DEVICE_CLASS}}
+                ]
+            }
+        },
+    }
+
+
+def _pod(node: RealNode, namespace: str, claim: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"dra-{uuid.uuid4().hex[:6]}", "namespace": namespace},
+        "spec": {
+            "nodeName": node.name,
+            "terminationGracePeriodSeconds": 2,
+            "resourceClaims": [{"name": "npu", "resourceClaimName": claim}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": TEST_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", 'trap "exit 0" TERM; while true; do sleep 1; done'],
+                    "resources": {"claims": [{"name": "npu"}]},
+                }
+            ],
+        },
+    }
+
+
+def _json(plane: LocalPlane, *args: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(plane.kubectl(*args, "-o", "json").stdout)
+    return out
+
+
+def test_the_kubelet_prepares_a_claim_and_containerd_injects_the_vnpu(
+    plane: LocalPlane, real_node: RealNode, dra_agent: AgentProcess, namespace: str
+) -> None:
+    kubectl = plane.kubectl
+    kubectl("apply", "--server-side", "-f", "-", input=json.dumps(_claim(namespace, "npu")))
+    claim = _json(plane, "get", "resourceclaims.resource.k8s.io", "npu", "-n", namespace)
+    uid = claim["metadata"]["uid"]
+
+    # The operator's VNPUAllocation for the device; the agent makes the vNPU.
+    alloc_name = names.dra_allocation_name(uid, DEVICE)
+    alloc = allocation(alloc_name, node=real_node.name, vnpu_id=VNPU_ID, template=TEMPLATE)
+    alloc["metadata"]["labels"][names.LABEL_CLAIM_UID] = uid
+    alloc["spec"]["claim"] = {"name": "npu", "uid": uid, "request": "npu", "device": DEVICE}
+    create(plane, namespace, alloc)
+    wait_for(
+        "allocation Ready",
+        lambda: phase(plane, namespace, alloc_name) == names.PHASE_READY,
+        30,
+    )
+
+    # The pod, and the claim allocated and reserved for it as the scheduler would.
+    pod = _pod(real_node, namespace, "npu")
+    kubectl("create", "-f", "-", input=json.dumps(pod))
+    name = pod["metadata"]["name"]
+    pod_uid = _json(plane, "get", "pod", name, "-n", namespace)["metadata"]["uid"]
+    result = {"request": "npu", "driver": names.DRA_DRIVER, "pool": real_node.name,
+              "device": DEVICE}  # fmt: skip
+    status = {
+        "status": {
+            "allocation": {"devices": {"results": [result]}},
+            "reservedFor": [{"resource": "pods", "name": name, "uid": pod_uid}],
+        }
+    }
+    kubectl("patch", "resourceclaims.resource.k8s.io", "npu", "-n", namespace,
+            "--subresource=status", "--type=merge", "-p", json.dumps(status))  # fmt: skip
+
+    running(plane, namespace, name, timeout=90)
+    spec = cdi.claim_spec_path(real_node.cdi_dir, uid, DEVICE)
+    assert spec.exists(), "the plugin wrote no CDI spec"
+    listing = exec_in(plane, namespace, name, "ls", "/dev").split()
+    assert f"davinci{VNPU_ID}" in listing
+    assert {"davinci_manager", "devmm_svm", "hisi_hdc"} <= set(listing)
+    env = exec_in(plane, namespace, name, "sh", "-c", f"echo ${names.ENV_VISIBLE_DEVICES}")
+    assert env.strip() == str(VNPU_ID)
+    seen = exec_in(plane, namespace, name, "stat", "-c", "%t:%T", f"/dev/davinci{VNPU_ID}")
+    host = os.stat(real_node.device_dir / f"vdavinci{VNPU_ID}")
+    assert seen.strip() == f"{os.major(host.st_rdev):x}:{os.minor(host.st_rdev):x}"
+
+    # The allocation goes while the pod runs: its vNPU stays (the claim is prepared).
+    kubectl("delete", "vnpuallocation", alloc_name, "-n", namespace, "--wait=false")
+    wait_for(
+        "destroy deferred",
+        lambda: phase(plane, namespace, alloc_name) == names.PHASE_RELEASING,
+        30,
+    )
+    deferred = get_alloc(plane, namespace, alloc_name)
+    assert deferred is not None
+    assert "still prepared" in deferred["status"]["message"]
+    assert (real_node.device_dir / f"vdavinci{VNPU_ID}").exists()
+
+    # The pod ends: the kubelet unprepares the claim, the vNPU and the allocation go.
+    kubectl("delete", "pod", name, "-n", namespace, "--wait=true", timeout=60)
+    wait_for("claim unprepared", lambda: not spec.exists(), 60)
+    wait_for("allocation gone", lambda: get_alloc(plane, namespace, alloc_name) is None, 60)
+    assert not (real_node.device_dir / f"vdavinci{VNPU_ID}").exists()
