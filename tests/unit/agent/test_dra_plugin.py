@@ -488,3 +488,17 @@ async def test_a_prepared_claims_vnpu_is_destroyed_only_after_unprepare(
 
 async def test_claim_ids_name_the_claim() -> None:
     assert str(ClaimId("ns", "u", "n")) == "ns/n (u)"
+
+
+async def test_an_agent_simulating_nodes_serves_no_kubelet_plugin(tmp_path: Path) -> None:
+    """Its nodes' kubelets (kwok's) call no plugin, and the host's kubelet
+    directories are not theirs (docs/DRA.md, "The kubelet plugin")."""
+    from vnpu_agent.config import AgentSettings
+    from vnpu_agent.main import Agent
+
+    settings = AgentSettings(
+        simulate_nodes=["n1"], driver="sim", dra=True, dra_plugins_dir=tmp_path / "p",
+        dra_registry_dir=tmp_path / "r", state_dir=tmp_path / "s",
+    )  # fmt: skip
+    assert await Agent(settings)._kubelet_plugin() is None
+    assert not (tmp_path / "p").exists()
