@@ -194,6 +194,7 @@ def allocation_crd() -> dict[str, Any]:
             _col("Phase", "string", ".status.phase"),
             _col("Age", "date", ".metadata.creationTimestamp"),
             _col("Message", "string", ".status.message", priority=1),
+            _col("Claim", "string", ".spec.claim.name", priority=1),
         ],
     )
 
@@ -220,6 +221,7 @@ def node_crd() -> dict[str, Any]:
             _col("Unhealthy", "string", ".status.unhealthy"),
             _col("Age", "date", ".metadata.creationTimestamp"),
             _col("Driver", "string", ".status.driver", priority=1),
+            _col("DRA", "boolean", ".status.dra", priority=1),
         ],
     )
 
