@@ -76,11 +76,18 @@ class SliceApi:
         return str(obj["metadata"]["uid"])
 
     async def list_pool(self, node: str) -> list[Raw]:
+        """The slices of driver vnpu.io on `node` whose pool is the node's.
+        By spec.nodeName: Kubernetes 1.34 knows no field selector on
+        spec.pool.name."""
         found = await call_json(
             self.resource.list_resource_slice,
-            field_selector=f"spec.driver={names.DRA_DRIVER},spec.pool.name={node}",
+            field_selector=f"spec.driver={names.DRA_DRIVER},spec.nodeName={node}",
         )
-        return list(found.get("items") or [])
+        return [
+            s
+            for s in found.get("items") or []
+            if ((s.get("spec") or {}).get("pool") or {}).get("name") == node
+        ]
 
     async def create(self, body: Raw) -> Raw:
         written: Raw = await self._writes.call_json(
