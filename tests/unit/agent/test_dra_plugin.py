@@ -502,3 +502,13 @@ async def test_an_agent_simulating_nodes_serves_no_kubelet_plugin(tmp_path: Path
     )  # fmt: skip
     assert await Agent(settings)._kubelet_plugin() is None
     assert not (tmp_path / "p").exists()
+
+
+async def test_an_unreadable_checkpoint_is_moved_aside_not_guessed(tmp_path: Path) -> None:
+    path = tmp_path / "dra" / "checkpoint.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"version": 1, "claims": {')  # a write cut short by hand
+    preparer = Preparer(NODE, Reader(), path, tmp_path / "cdi")
+    assert preparer.checkpoint.claims == {}
+    assert path.with_suffix(".broken").exists()
+    assert not path.exists()
