@@ -156,6 +156,14 @@ def _resources(r: Resources) -> dict[str, int]:
     return {"aicore": r.aicore, "memoryMB": r.memory_mb, "aicpu": r.aicpu}
 
 
+def _write_failing(condition: dict[str, Any] | None) -> bool:
+    """Whether the operator's last word is that its writes for the pod fail."""
+    return condition is not None and condition["reason"] in (
+        names.REASON_WRITE_REFUSED,
+        names.REASON_API_ERROR,
+    )
+
+
 def _chips_text(chips: list[dict[str, Any]]) -> str:
     parts = []
     for chip in chips:
@@ -205,6 +213,15 @@ def text(report: dict[str, Any]) -> str:
         out += "\nThe pod has ended; it holds no vNPUs.\n"
     elif report["problem"]:
         out += f"\nThe request cannot be placed as written:\n{report['problem']}\n"
+    elif report["fitsOn"] and _write_failing(condition):
+        assert condition is not None
+        out += (
+            f"\nNo vNPUs yet. Node {report['fitsOn']} has room, but the operator's writes for "
+            f"this pod fail ({condition['reason']}): {condition['message']}\n"
+            "Fix what the API server says (the operator's RBAC or an admission policy); the "
+            "operator retries and places the pod once a write succeeds. Its log and the pod's "
+            "Events say the same.\n"
+        )
     elif report["fitsOn"]:
         out += (
             f"\nNo vNPUs yet. Node {report['fitsOn']} has room now; the operator places "

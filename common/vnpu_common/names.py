@@ -108,6 +108,10 @@ REASON_RELEASED_EXTERNALLY: Final = "VNPUReleasedExternally"
 REASON_VNPUS_RELEASED: Final = "VNPUsReleased"
 REASON_HAND_EDIT: Final = "ChangedByHand"  # an exempt admin edited what the system decided
 REASON_ALLOCATED: Final = "Allocated"  # the condition once the pod is pinned
+# The operator's writes for the pod keep failing: the API server refused them
+# (a policy, RBAC, validation: 400, 401, 403, 422) or failed to answer.
+REASON_WRITE_REFUSED: Final = "WriteRefused"
+REASON_API_ERROR: Final = "APIError"
 # Preemption (off unless enabled): on the pod that preempts, while it waits
 # for its victims' vNPUs to go, or when a PodDisruptionBudget refused them;
 # on each victim, as kube-scheduler names its own.
@@ -125,6 +129,8 @@ POD_EVENT_REASONS: Final = (
     REASON_RELEASED_EXTERNALLY,
     REASON_VNPUS_RELEASED,
     REASON_HAND_EDIT,
+    REASON_WRITE_REFUSED,
+    REASON_API_ERROR,
     REASON_PREEMPTING,
     REASON_PREEMPTION_BLOCKED,
     REASON_PREEMPTED,

@@ -34,10 +34,31 @@ async def _raw(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> 
     return resp.status, data
 
 
+def api_message(exc: ApiException) -> str:
+    """The `message` of the Status object an API error answered with (what a
+    policy or webhook said, e.g. "... is forbidden: ValidatingAdmissionPolicy
+    ... denied request: ..."), or "" when the body is none."""
+    body = exc.body
+    if not body:
+        return ""
+    try:
+        status = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    message = status.get("message") if isinstance(status, dict) else None
+    return str(message) if message else ""
+
+
 def describe(exc: BaseException) -> str:
-    """An error as a log line shows it: an API answer by status and reason
-    (its body may be a whole object), anything else as it is."""
-    return f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else repr(exc)
+    """An error as a log line shows it: an API answer by status, reason and
+    its Status' message (never the whole body, which may be an object),
+    anything else as it is."""
+    if not isinstance(exc, ApiException):
+        return repr(exc)
+    message = api_message(exc)
+    if not message or message == exc.reason:
+        return f"{exc.status} {exc.reason}"
+    return f"{exc.status} {exc.reason}: {message}"
 
 
 async def call(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> int:

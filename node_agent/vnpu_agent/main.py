@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_agent.config import AgentSettings, parse_args
@@ -33,6 +33,7 @@ from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.http import serve_http
 from vnpu_common.logs import configure_logging
 from vnpu_common.rawcall import call_json
+from vnpu_common.startup import check_port, load_kube_config
 from vnpu_common.types import Raw
 
 log = logging.getLogger("vnpu_agent")
@@ -134,10 +135,9 @@ class Agent:
 
     async def run(self) -> None:
         s = self.settings
-        if s.kubeconfig:
-            await config.load_kube_config(config_file=str(s.kubeconfig))
-        else:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        # A port in use or no cluster: one line and exit 1 (vnpu_common.startup).
+        check_port("vnpu-agent", s.metrics_host, s.metrics_port, "--metrics-port")
+        await load_kube_config("vnpu-agent", s.kubeconfig)
         self.api_client = new_api_client(f"{names.USER_AGENT_AGENT}/{__version__}")
         api = AgentApi(self.api_client, s.agent_namespace, self.metrics.api_errors)
         core = client.CoreV1Api(self.api_client)

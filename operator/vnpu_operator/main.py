@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 import kopf
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import __version__, eventloop, memory, names
@@ -19,6 +19,7 @@ from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.http import serve_http
 from vnpu_common.logs import configure_logging
 from vnpu_common.rawcall import call_json
+from vnpu_common.startup import check_port, load_kube_config
 from vnpu_operator.admission.server import WebhookServer
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.convergence import for_controller
@@ -36,6 +37,7 @@ from vnpu_operator.watches import (
 from vnpu_operator.wiring import build_claims, build_controller
 
 log = logging.getLogger("vnpu_operator")
+PROG = "vnpu-operator"
 
 
 async def serves_resource_api(api_client: client.ApiClient) -> bool:
@@ -56,12 +58,13 @@ async def serves_resource_api(api_client: client.ApiClient) -> bool:
 
 
 async def run(settings: OperatorSettings) -> None:
+    # A port in use or no cluster: one line and exit 1 (vnpu_common.startup).
+    check_port(PROG, settings.metrics_host, settings.metrics_port, "--metrics-port")
+    check_port(PROG, settings.webhook_host, settings.webhook_port, "--webhook-port")
+    await load_kube_config(PROG, settings.kubeconfig)
     if settings.kubeconfig:
         # Kopf's login reads the same file through kubernetes-asyncio.
         os.environ["KUBECONFIG"] = str(settings.kubeconfig)
-        await config.load_kube_config(config_file=str(settings.kubeconfig))
-    else:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
     api_client = new_api_client(f"{names.USER_AGENT_OPERATOR}/{__version__}")
     metrics = OperatorMetrics()
     api = OperatorApi(api_client, metrics.api_errors)

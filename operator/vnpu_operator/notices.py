@@ -9,17 +9,57 @@ pod's `PodState`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from vnpu_common import names
+from vnpu_common.rawcall import describe
 from vnpu_common.types import Raw
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.podstate import PodState
+
+log = logging.getLogger(__name__)
+
+# API answers that refuse the write itself (a policy, RBAC, validation): the
+# same write gets the same answer until an admin changes something.
+REFUSED_STATUSES = frozenset({400, 401, 403, 422})
+
+# A pod is told once its writes failed this many times in a row: one failure
+# is often a conflict or a restart the next try gets past.
+TELL_AFTER_FAILURES = 2
+
+
+def write_failure(what: str, exc: BaseException) -> tuple[str, str, str]:
+    """(reason, message, event key) for the pod whose write `what` failed with
+    `exc`: the API server's own message, never the body."""
+    if isinstance(exc, ApiException) and exc.status in REFUSED_STATUSES:
+        reason = names.REASON_WRITE_REFUSED
+        said = f"the API server refused to {what}"
+    else:
+        reason = names.REASON_API_ERROR
+        said = f"the operator could not {what}"
+    status = str(exc.status) if isinstance(exc, ApiException) else type(exc).__name__
+    return reason, f"{said} ({describe(exc)}); retrying", status
 
 
 class Notices:
     def __init__(self, api: OperatorApi) -> None:
         self.api = api
+
+    async def write_failed(self, pod: Raw, state: PodState, what: str, exc: BaseException) -> None:
+        """The pod's writes keep failing: the vnpu.io/Allocated condition and
+        one Event (per reason and status) say why, in the API server's words.
+        Telling may fail too (a credential refused everything): logged, the
+        write's own failure is what the caller raises."""
+        reason, message, key = write_failure(what, exc)
+        try:
+            await self.tell(
+                pod, state, reason, message, condition=True, warning=True, event_key=key
+            )
+        except Exception as told:  # the write's own error is the one raised
+            log.warning("could not tell the pod why its writes fail: %s", describe(told))
 
     async def tell(
         self,

@@ -56,6 +56,8 @@ class PodState:
     preempt_not_before: float = 0.0
     # The node this operator last wrote as the pod's status.nominatedNodeName.
     nominated: str = ""
+    # Consecutive failed writes of the pod's allocations (Notices.write_failed).
+    write_failures: int = 0
 
     @property
     def told(self) -> bool:

@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from vnpu_common import names
 from vnpu_common.informer import key_of
 from vnpu_common.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi, allocation_body
 from vnpu_operator.metrics import OperatorMetrics
-from vnpu_operator.notices import Notices
+from vnpu_operator.notices import TELL_AFTER_FAILURES, Notices
 from vnpu_operator.placement import (
     MAX_COUNT,
     InvalidRequestError,
@@ -117,12 +119,18 @@ class Placer:
             await self.expect.send_all(
                 Write.CREATE, list(bodies), lambda key: self.api.create_allocation(bodies[key])
             )
-        except Exception:
+        except Exception as exc:
             # The bookings whose objects do not exist must not outlive the
             # failed write; the ones created stay booked.
             for other in result.allocations:
                 if other.key not in cached and not self.expect.pending(Write.CREATE, other.key):
                     self.ledger.remove_allocation(other.key)
+            if isinstance(exc, ApiException | OSError | TimeoutError):
+                state.write_failures += 1
+                if state.write_failures >= TELL_AFTER_FAILURES:
+                    what = f"create its VNPUAllocation on node {result.node}"
+                    await self.notices.write_failed(pod, state, what, exc)
             raise
+        state.write_failures = 0
         log.info("pod %s placed on %s: vNPU %s", key_of(pod), result.node, result.visible_devices)
         await self.preemption.release_claim(pod, state)
