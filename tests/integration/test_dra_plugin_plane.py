@@ -31,7 +31,9 @@ from vnpu_agent.dra.protos.dra.v1 import api_pb2 as dra_pb2
 from vnpu_agent.dra.protos.dra.v1 import api_pb2_grpc as dra_grpc
 from vnpu_common import names
 
-pytestmark = pytest.mark.plane
+# k8s134: also run on the 1.34 lane (`make test-k8s134`): the ResourceClaim's shape is the
+# API server's.
+pytestmark = [pytest.mark.plane, pytest.mark.k8s134]
 
 NODE = "dra-plugin-node"
 DEVICE = "npu-0-vir05-1c-16g-0"
