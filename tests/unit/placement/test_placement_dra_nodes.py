@@ -32,4 +32,3 @@ def test_only_dra_nodes_leave_annotated_pods_nowhere_and_say_why() -> None:
     result = nofit(ledger.place(request("p")))
     assert result.node_reasons == {"dra-1": Reason.DRA_NODE}
     assert "DRA" in Reason.DRA_NODE.label
-
