@@ -180,6 +180,14 @@ class PoolPublisher:
         self._chips, self._cordoned, self._wanted = chips, cordoned, wanted
         self._wake.set()
 
+    def recheck(self) -> None:
+        """Reads the pool back now and puts it back if it is not as written:
+        for whoever knows the slices may be gone before the next periodic
+        read (the kubelet deletes a driver's slices while its plugin is not
+        registered)."""
+        if self._chips is not None:
+            self._wake.set()
+
     async def run(self) -> None:
         while True:
             if self._failures:

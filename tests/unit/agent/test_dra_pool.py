@@ -194,6 +194,17 @@ async def test_a_slice_changed_or_deleted_by_someone_else_is_put_back(tmp_path: 
     assert ("delete", "n1-old") in fake.writes
 
 
+async def test_recheck_wakes_the_task_once_the_chips_are_known(tmp_path: Path) -> None:
+    agent = await dra_agent(tmp_path, FakeSlices())
+    pool = pool_of(agent)
+    pool.recheck()
+    assert not pool._wake.is_set()
+    await agent.publish()
+    pool._wake.clear()
+    pool.recheck()
+    assert pool._wake.is_set()
+
+
 async def test_a_pool_already_in_the_api_is_adopted_without_a_write(tmp_path: Path) -> None:
     fake = FakeSlices()
     first = await dra_agent(tmp_path, fake)
