@@ -28,7 +28,7 @@ from agent_harness import allocation, create, get_alloc, phase
 from operator_harness import purge_foreign
 from realnode_harness import exec_in, running
 
-from localplane.components import AGENT_NAMESPACE, AgentProcess, flags, free_port
+from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess, flags, free_port
 from localplane.plane import LocalPlane
 from localplane.realnode import KUBELET_ROOT, TEST_IMAGE, RealNode
 from localplane.waiting import wait_for
@@ -229,3 +229,84 @@ def test_the_kubelet_prepares_a_claim_and_containerd_injects_the_vnpu(
     wait_for("claim unprepared", lambda: not spec.exists(), 60)
     wait_for("allocation gone", lambda: get_alloc(plane, namespace, alloc_name) is None, 60)
     assert not (real_node.device_dir / f"vdavinci{VNPU_ID}").exists()
+
+
+def _templated_pod(node: RealNode, namespace: str, name: str, template: str) -> dict[str, Any]:
+    """A pod the scheduler places: a claim from a template, no nodeName."""
+    pod = _pod(node, namespace, "unused")
+    pod["metadata"]["name"] = name
+    del pod["spec"]["nodeName"]
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node.name}
+    pod["spec"]["resourceClaims"] = [{"name": "npu", "resourceClaimTemplateName": template}]
+    return pod
+
+
+def test_scheduler_operator_agent_and_kubelet_together_give_each_pod_its_own_vnpu(
+    plane: LocalPlane,
+    real_node: RealNode,
+    dra_agent: AgentProcess,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The whole DRA path with nothing written by hand: the scheduler allocates a
+    device of the node's pool, the operator declares it, the agent creates the
+    vNPU, the binding condition lets the pod bind, the kubelet prepares the
+    claim through the plugin and containerd injects the device. Two pods each
+    see their own vNPU and not the other's; a plain pod sees none."""
+    from test_dra_claims import claim_template, device_class
+
+    plane.apply(device_class())
+    plane.apply(claim_template(namespace, "small", TEMPLATE))
+    operator = OperatorProcess(plane, tmp_path / "operator")
+    operator.start()
+    try:
+        names_ = ("claimed-a", "claimed-b")
+        for name in names_:
+            plane.apply(_templated_pod(real_node, namespace, name, "small"))
+        seen: dict[str, set[str]] = {}
+        for name in names_:
+            running(plane, namespace, name, timeout=120)
+            listing = exec_in(plane, namespace, name, "ls", "/dev").split()
+            seen[name] = {d for d in listing if d.startswith("davinci") and d[7:].isdigit()}
+        allocs = [
+            a
+            for a in (plane.get_json("vnpuallocations", "-n", namespace) or {}).get("items", [])
+            if a["spec"].get("claim")
+        ]
+        ids = sorted(a["spec"]["vnpuId"] for a in allocs)
+        assert len(ids) == 2
+        assert len(set(ids)) == 2
+        # Each container sees exactly one vNPU, its own, and the two differ.
+        assert all(len(s) == 1 for s in seen.values()), seen
+        assert seen["claimed-a"] != seen["claimed-b"], seen
+        assert {d for s in seen.values() for d in s} == {f"davinci{i}" for i in ids}
+        plain = _pod(real_node, namespace, "unused")
+        plain["metadata"]["name"] = "plain"
+        del plain["spec"]["resourceClaims"]
+        del plain["spec"]["containers"][0]["resources"]
+        plane.kubectl("create", "-f", "-", input=json.dumps(plain))
+        running(plane, namespace, "plain", timeout=90)
+        listing = exec_in(plane, namespace, "plain", "ls", "/dev").split()
+        assert not [d for d in listing if d.startswith("davinci")], listing
+
+        for name in (*names_, "plain"):
+            plane.kubectl("delete", "pod", name, "-n", namespace, "--wait=false")
+        wait_for(
+            "claims' allocations released",
+            lambda: (
+                not [
+                    a
+                    for a in (plane.get_json("vnpuallocations", "-n", namespace) or {}).get(
+                        "items", []
+                    )
+                    if a["spec"].get("claim")
+                ]
+            ),
+            90,
+        )
+        for i in ids:
+            assert not (real_node.device_dir / f"vdavinci{i}").exists()
+    finally:
+        operator.kill(signal.SIGTERM)
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, check=False)
