@@ -207,7 +207,13 @@ class Agent:
             return None
         assert self.api_client is not None
         agent = self.nodes[s.node_name]
-        preparer, plugin = dra_plugin.for_node(s, s.node_name, ApiClaimReader(self.api_client))
+        pool = agent.pool
+        preparer, plugin = dra_plugin.for_node(
+            s,
+            s.node_name,
+            ApiClaimReader(self.api_client),
+            registered=pool.recheck if pool is not None else lambda: None,
+        )
         agent.serving.use_prepared_claims(preparer)
         await plugin.start()
         return plugin

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,9 +55,15 @@ def sockets(driver: str, plugins_dir: Path, registry_dir: Path, pod_uid: str = "
 
 
 class RegistrationService:
-    def __init__(self, driver: str, endpoint: Path) -> None:
+    def __init__(
+        self, driver: str, endpoint: Path, registered: Callable[[], None] = lambda: None
+    ) -> None:
+        """`registered()` each time the kubelet accepts the plugin: the kubelet
+        deletes a driver's ResourceSlices while its plugin is not registered,
+        so the pool must be read back then."""
         self.driver = driver
         self.endpoint = endpoint
+        self.registered = registered
 
     async def get_info(
         self, _request: reg_pb2.InfoRequest, _context: aio.ServicerContext[object, object]
@@ -73,6 +80,7 @@ class RegistrationService:
     ) -> reg_pb2.RegistrationStatusResponse:
         if request.plugin_registered:
             log.info("the kubelet registered DRA plugin %s", self.driver)
+            self.registered()
         else:
             log.error("the kubelet refused DRA plugin %s: %s", self.driver, request.error)
         return reg_pb2.RegistrationStatusResponse()
@@ -201,10 +209,17 @@ async def _serve(handler: grpc.GenericRpcHandler, path: Path) -> aio.Server:
 class KubeletPlugin:
     """Both servers of the plugin; `start` then `stop`."""
 
-    def __init__(self, driver: str, preparer: Preparer, paths: Sockets) -> None:
+    def __init__(
+        self,
+        driver: str,
+        preparer: Preparer,
+        paths: Sockets,
+        registered: Callable[[], None] = lambda: None,
+    ) -> None:
         self.driver = driver
         self.preparer = preparer
         self.paths = paths
+        self.registered = registered
         self._servers: list[aio.Server] = []
 
     async def start(self) -> None:
@@ -213,7 +228,7 @@ class KubeletPlugin:
         remove_dead_sockets(self.paths, self.driver)
         dra = await _serve(DRAService(self.preparer).handler(), self.paths.dra)
         self._servers.append(dra)
-        reg = RegistrationService(self.driver, self.paths.dra)
+        reg = RegistrationService(self.driver, self.paths.dra, self.registered)
         self._servers.append(await _serve(reg.handler(), self.paths.registration))
         log.info(
             "DRA kubelet plugin %s serving %s, registered through %s",
@@ -233,7 +248,10 @@ class KubeletPlugin:
 
 
 def for_node(
-    settings: AgentSettings, node: str, reader: ClaimReader
+    settings: AgentSettings,
+    node: str,
+    reader: ClaimReader,
+    registered: Callable[[], None] = lambda: None,
 ) -> tuple[Preparer, KubeletPlugin]:
     """The plugin of the node this agent serves, from its settings: the
     checkpoint in the node's state directory, the specs in the CDI directory."""
@@ -247,4 +265,4 @@ def for_node(
     paths = sockets(
         names.DRA_DRIVER, settings.dra_plugins_dir, settings.dra_registry_dir, settings.pod_uid
     )
-    return preparer, KubeletPlugin(names.DRA_DRIVER, preparer, paths)
+    return preparer, KubeletPlugin(names.DRA_DRIVER, preparer, paths, registered)

@@ -111,8 +111,14 @@ class Plugin:
             names.DRA_DRIVER, root / "plugins", root / "plugins_registry", pod_uid
         )
         self.preparer = Preparer(NODE, reader, self.checkpoint, self.cdi_dir, Path("/dev"))
-        self.plugin = KubeletPlugin(names.DRA_DRIVER, self.preparer, self.paths)
+        self.registrations = 0
+        self.plugin = KubeletPlugin(
+            names.DRA_DRIVER, self.preparer, self.paths, registered=self._registered
+        )
         self.channels: list[grpc.aio.Channel] = []
+
+    def _registered(self) -> None:
+        self.registrations += 1
 
     async def start(self) -> None:
         await self.plugin.start()
@@ -192,6 +198,12 @@ async def test_registration_get_info_names_the_dra_socket(new_plugin: NewPlugin)
         reg_pb2.RegistrationStatus(plugin_registered=True), timeout=5
     )
     assert isinstance(ack, reg_pb2.RegistrationStatusResponse)
+    # Accepted: the pool is read back (the kubelet deleted it while unregistered).
+    assert p.registrations == 1
+    await p.registration().NotifyRegistrationStatus(
+        reg_pb2.RegistrationStatus(plugin_registered=False, error="version"), timeout=5
+    )
+    assert p.registrations == 1
 
 
 async def test_without_a_pod_uid_the_sockets_have_the_plain_names(sock_root: Path) -> None:
