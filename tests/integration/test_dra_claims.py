@@ -269,3 +269,44 @@ def test_an_annotated_pod_is_never_placed_on_a_dra_node(
     assert waiting["status"] == "False"
     assert "DRA" in waiting["message"], waiting
     plane.kubectl("delete", "pod", "-n", namespace, "annotated", "--wait=false")
+
+
+def test_resource_quota_counts_vnpu_devices_by_the_device_class(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    """A namespace's quota of the chart's DeviceClass holds: the second pod's
+    claim is refused at creation, so no second vNPU is allocated or made."""
+    key = f"{names.DRA_DEVICE_CLASS}.deviceclass.resource.k8s.io/devices"
+    plane.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "one-vnpu", "namespace": namespace},
+            "spec": {"hard": {key: "1"}},
+        }
+    )
+    wait_for(
+        "quota counted",
+        lambda: (
+            (get_json(plane, "resourcequota", "-n", namespace, "one-vnpu") or {})
+            .get("status", {})
+            .get("hard")
+        ),
+    )
+    plane.apply(claim_template(namespace, "small", SMALL))
+    plane.apply(claim_pod(namespace, "first", "small"))
+    wait_for("first bound", lambda: bound_node(plane, namespace, "first"), timeout=60)
+    plane.apply(claim_pod(namespace, "second", "small"))
+
+    def refused() -> bool:
+        events = plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+        return "exceeded quota" in events
+
+    wait_for("the second claim refused by the quota", refused, timeout=60)
+    assert bound_node(plane, namespace, "second") is None
+    allocs = (get_json(plane, "vnpuallocations", "-n", namespace) or {}).get("items", [])
+    assert len(allocs) == 1
+    used = get_json(plane, "resourcequota", "-n", namespace, "one-vnpu")["status"]["used"]
+    assert used[key] == "1"
+    for name in ("first", "second"):
+        plane.kubectl("delete", "pod", "-n", namespace, name, "--wait=false")
