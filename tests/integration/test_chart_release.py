@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,7 +61,8 @@ def release(plane: LocalPlane) -> Iterator[str]:
     plane.remove_policies()
     helm(plane, "install", RELEASE, str(CHART), "-n", NAMESPACE, *SIM_VALUES)
     yield RELEASE
-    helm(plane, "uninstall", RELEASE, "-n", NAMESPACE, check=False)
+    # Left over by a failed test: no hook (kwok would run none, or the last test held it).
+    helm(plane, "uninstall", RELEASE, "-n", NAMESPACE, "--no-hooks", check=False)
     plane.install_policies()
 
 
@@ -633,8 +635,108 @@ def test_upgrade_keeps_the_ca_bundle_the_operator_registered(
     assert env["VNPU_LOG_LEVEL"] == "DEBUG"
 
 
+PRE_DELETE = f"{RELEASE}-pre-delete"
+VNPU_RESOURCES = (names.RES_AICORE, names.RES_MEMORY_MB, names.RES_VNPUS)
+
+
+def _uninstall_running_the_hook(
+    plane: LocalPlane, workdir: Path
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """`helm uninstall` with its pre-delete hook run by this test: kwok completes a Job's
+    pods without running them, so the release's pods are kept off the kwok nodes (see the
+    caller) and this test is the kubelet of the hook's pod, as for `helm test`: it runs the
+    pod's command as its ServiceAccount and writes the pod's phase from the exit code; the
+    Job controller and Helm do the rest. (helm's outcome, the script's)"""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(
+            helm, plane, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout=120s",
+            check=False,
+        )  # fmt: skip
+
+        def hook_pod() -> dict[str, Any] | None:
+            pods = get_json(plane, "pods", "-n", NAMESPACE, "-l", f"job-name={PRE_DELETE}")
+            waiting = [p for p in pods["items"] if p["status"].get("phase") == "Pending"]
+            return (
+                waiting[0]
+                if waiting and not waiting[0]["metadata"].get("deletionTimestamp")
+                else None
+            )
+
+        pod = wait_for("the pre-delete hook's pod", hook_pod)
+        name = pod["metadata"]["name"]
+        cred = plane.kubectl(
+            "create", "token", PRE_DELETE, "-n", NAMESPACE, "--bound-object-kind=Pod",
+            f"--bound-object-name={name}",
+        ).stdout.strip()  # fmt: skip
+        workdir.mkdir(exist_ok=True)
+        ran = run_hook_script(plane, pod, NAMESPACE, cred, workdir,
+                              VNPU_SA_DIR=str(workdir / "serviceaccount"),
+                              VNPU_RELEASE_NAMESPACE=NAMESPACE)  # fmt: skip
+        phase = "Succeeded" if ran.returncode == 0 else "Failed"
+        terminated = {"exitCode": ran.returncode,
+                      "reason": "Completed" if ran.returncode == 0 else "Error"}  # fmt: skip
+        status = {"status": {"phase": phase, "containerStatuses": [{
+            "name": "pre-delete", "image": pod["spec"]["containers"][0]["image"],
+            "imageID": "", "ready": False, "restartCount": 0,
+            "state": {"terminated": terminated},
+        }]}}  # fmt: skip
+        plane.kubectl("patch", "pod", name, "-n", NAMESPACE, "--subresource=status",
+                      "--type=merge", "-p", json.dumps(status))  # fmt: skip
+        return running.result(timeout=180), ran
+
+
+def test_uninstall_refuses_while_allocations_exist_then_clears_the_nodes(
+    plane: LocalPlane, release: str, tmp_path: Path
+) -> None:
+    # The release's pods where no kwok node is (kwok would complete the hook's Job itself).
+    helm(plane, "upgrade", release, str(CHART), "-n", NAMESPACE, "--reuse-values",
+         "--set-string", "operator.nodeSelector.vnpu-test/no-such-node=true")  # fmt: skip
+    deploy = get_json(plane, "deployment", f"{release}-operator", "-n", NAMESPACE)
+    replicas = deploy["spec"]["replicas"]
+    base = f"/apis/{names.API_VERSION}/namespaces/{NAMESPACE}/{names.ALLOCATION_PLURAL}"
+    status, body = token(plane, OPERATOR_SA).request("POST", base, _allocation(NAMESPACE, NODE_A))
+    assert status == 201, body
+    # What the operator advertises (no operator runs here).
+    advertised = {r: "16" for r in VNPU_RESOURCES}
+    both = {"status": {"capacity": advertised, "allocatable": advertised}}
+    plane.kubectl("patch", "node", NODE_A, "--subresource=status", "--type=merge", "-p",
+                  json.dumps(both))  # fmt: skip
+
+    outcome, ran = _uninstall_running_the_hook(plane, tmp_path / "refused")
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert (
+        f"REFUSED: 1 VNPUAllocation(s) exist: {NAMESPACE}/alloc-{NODE_A} (pod p)." in ran.stdout
+    ), ran.stdout
+    assert "--set uninstall.force=true" in ran.stdout
+    assert outcome.returncode != 0, outcome.stdout
+    assert "pre-delete" in outcome.stderr, outcome.stderr
+    # Nothing was deleted or stopped.
+    after = get_json(plane, "deployment", f"{release}-operator", "-n", NAMESPACE)["spec"]
+    assert after["replicas"] == replicas
+    get_json(plane, names.ALLOCATION_PLURAL, f"alloc-{NODE_A}", "-n", NAMESPACE)
+
+    plane.kubectl("patch", names.ALLOCATION_PLURAL, f"alloc-{NODE_A}", "-n", NAMESPACE,
+                  "--type=merge", "-p", '{"metadata":{"finalizers":null}}')  # fmt: skip
+    plane.kubectl("delete", names.ALLOCATION_PLURAL, f"alloc-{NODE_A}", "-n", NAMESPACE)
+    outcome, ran = _uninstall_running_the_hook(plane, tmp_path / "done")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert f"operator {NAMESPACE}/{release}-operator scaled to 0" in ran.stdout, ran.stdout
+    assert "vNPU resources removed from " in ran.stdout, ran.stdout
+    assert NODE_A in ran.stdout, ran.stdout
+    assert outcome.returncode == 0, outcome.stderr
+    node = get_json(plane, "node", NODE_A)["status"]
+    for section in ("capacity", "allocatable"):
+        assert not set(VNPU_RESOURCES) & set(node[section]), node[section]
+    # The hook's account and RBAC went with it.
+    left = plane.kubectl("get", "sa,role,rolebinding", "-n", NAMESPACE, "-o", "name").stdout
+    assert PRE_DELETE not in left, left
+    for kind in ("clusterrole", "clusterrolebinding"):
+        assert plane.kubectl("get", kind, PRE_DELETE, check=False).returncode != 0
+
+
 def test_uninstall_leaves_nothing_but_the_crds(plane: LocalPlane, release: str) -> None:
-    helm(plane, "uninstall", release, "-n", NAMESPACE, "--wait", "--timeout=120s")
+    # Uninstalled by the test above.
+    assert helm(plane, "status", release, "-n", NAMESPACE, check=False).returncode != 0
     selector = f"app.kubernetes.io/instance={release}"
     left = plane.kubectl(
         "get", "deploy,ds,svc,sa,role,rolebinding", "-n", NAMESPACE, "-l", selector, "-o", "name"
