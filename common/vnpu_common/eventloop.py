@@ -15,10 +15,22 @@ from typing import Any, TypeVar
 
 import uvloop
 
+from vnpu_common import pauses
+
 T = TypeVar("T")
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run on a uvloop loop."""
+    """asyncio.run on a uvloop loop; with `VNPU_DEBUG_PAUSES_MS` set, the
+    loop's and the garbage collector's pauses logged (pauses.py)."""
+    threshold = pauses.threshold_ms()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(main)
+        return runner.run(_watched(main, threshold) if threshold else main)
+
+
+async def _watched(main: Coroutine[Any, Any, T], threshold: float) -> T:
+    watcher = asyncio.create_task(pauses.watch(threshold), name="pauses")
+    try:
+        return await main
+    finally:
+        watcher.cancel()
