@@ -222,6 +222,8 @@ class LocalPlane:
         # Set by `open_to_pods` (a real node's pod network): the API server then
         # also listens where pods reach it and can call kubelets and endpoints.
         self.pod_gateway: str | None = None
+        # Written at `start`: the benchmark adds our components' lists to it.
+        self.audit_policy = AUDIT_POLICY
 
     # -- paths -------------------------------------------------------------
 
@@ -374,7 +376,7 @@ class LocalPlane:
         sa_key, sa_pub = certs.rsa_keypair()
         (self.pki / "sa.key").write_bytes(sa_key)
         (self.pki / "sa.pub").write_bytes(sa_pub)
-        (self.workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
+        (self.workdir / "audit-policy.yaml").write_text(self.audit_policy)
 
     def ca(self) -> certs.KeyPair:
         """The plane's CA, to sign certificates for more clients (a real node's kubelet)."""
