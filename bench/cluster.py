@@ -24,6 +24,7 @@ from localplane.components import (
 )
 from localplane.nodes import node_ready
 from localplane.waiting import wait_for
+from vnpu_agent.config import AgentSettings
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_common import names
 
@@ -88,6 +89,15 @@ AGENT_SETTINGS: Settings = {
     "log-level": "INFO",
 }
 OPERATOR_SETTINGS: Settings = {"log-level": "INFO"}
+
+
+def agent_setting(field: str) -> float:
+    """An agent setting as the benchmark's agents run with it: AGENT_SETTINGS,
+    else AgentSettings' default."""
+    given = AGENT_SETTINGS.get(field.replace("_", "-"))
+    if given is not None:
+        return float(given)
+    return float(AgentSettings.model_fields[field].default)
 
 
 def node_names(count: int) -> list[str]:

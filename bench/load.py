@@ -23,6 +23,7 @@ from localplane.pods import vnpu_pod
 from vnpu_common import names
 from vnpu_common.patches import JSON_PATCH
 from vnpu_common.rawcall import call, call_json
+from vnpu_operator.lifecycle import containers_stopped
 
 BENCH_UA = "vnpu-bench/1"
 FLOOR_UA = "vnpu-floor/1"
@@ -68,6 +69,14 @@ class PodTimes:
     node: str = ""
     scheduled: float | None = None  # first watch event with spec.nodeName
     running: float | None = None  # first watch event with status.phase Running
+    # The steps bench/steps.py attributes a pod's time to (watch receive times).
+    create_sent: float | None = None  # create call sent (admission runs inside it)
+    seen: float | None = None  # first watch event (the webhook's gate on it)
+    pinned: float | None = None  # first watch event with the visible-devices annotation
+    delete_sent: float | None = None  # delete call sent
+    terminating: float | None = None  # first watch event with deletionTimestamp
+    stopped: float | None = None  # first deleting event whose containers cannot run
+    unfinalized: float | None = None  # first deleting event without our pod finalizer
 
     def ungate_latency(self) -> float | None:
         if self.created is None or self.ungated is None:
@@ -111,6 +120,8 @@ class Tracker(StampedWatch):
     def stamp(self, kind: str, obj: dict[str, Any], now: float) -> None:
         name = obj["metadata"]["name"]
         pod = self.pods.get(name)
+        if pod is not None:
+            steps(pod, obj, now)
         if kind == "DELETED":
             if pod is None:
                 self.early_gone[name] = now
@@ -130,6 +141,23 @@ class Tracker(StampedWatch):
                 if pod.running is None and (obj.get("status") or {}).get("phase") == "Running":
                     pod.running = now
         self.changed.set()
+
+
+def steps(pod: PodTimes, obj: dict[str, Any], now: float) -> None:
+    """Stamps the steps of the pod's life this event is the first to show."""
+    meta = obj.get("metadata") or {}
+    if pod.seen is None:
+        pod.seen = now
+    if pod.pinned is None and names.ANN_VISIBLE_DEVICES in (meta.get("annotations") or {}):
+        pod.pinned = now
+    if not meta.get("deletionTimestamp"):
+        return
+    if pod.terminating is None:
+        pod.terminating = now
+    if pod.stopped is None and containers_stopped(obj):
+        pod.stopped = now
+    if pod.unfinalized is None and names.POD_FINALIZER not in (meta.get("finalizers") or []):
+        pod.unfinalized = now
 
 
 @dataclass
@@ -168,6 +196,7 @@ class Driver:
         body = self.manifest(pod.name, pod.template, pod.count)
         try:
             async with self.limit:
+                pod.create_sent = time.monotonic()
                 data = await call_json(self.core.create_namespaced_pod, self.namespace, body)
             pod.created = time.monotonic()
             pod.uid = data["metadata"]["uid"]
@@ -180,6 +209,7 @@ class Driver:
     async def delete(self, pod: PodTimes) -> None:
         try:
             async with self.limit:
+                pod.delete_sent = time.monotonic()
                 await call(self.core.delete_namespaced_pod, pod.name, self.namespace)
             pod.delete_called = time.monotonic()
         except ApiException as exc:

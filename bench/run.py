@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import shutil
 import sys
@@ -32,11 +33,18 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from bench import floors, load, report, stacks
+from bench import floors, load, report, stacks, steps, timeline
 from bench.allocclock import AllocationClock, reuse_delays
-from bench.cluster import Cluster, ProcStats, proc_stats, stats, worker_threads_cpu
+from bench.cluster import (
+    Cluster,
+    ProcStats,
+    agent_setting,
+    proc_stats,
+    stats,
+    worker_threads_cpu,
+)
 from bench.rates import Search
-from vnpu_common import names
+from vnpu_common import names, pauses
 
 
 def say(msg: str) -> None:
@@ -139,7 +147,13 @@ class Run:
     limit: asyncio.Semaphore
     tracker: load.Tracker
     driver: load.Driver
+    # The allocations of the pods in "bench", watched until the operator stops.
+    clock: AllocationClock
+    # The benchmark's own pause lines (its watches time every step).
+    own_pauses: timeline.PauseLog = field(default_factory=timeline.PauseLog)
     correctness: Counter[str] = field(default_factory=Counter)
+    # Where the audit log stood when the last phase before the idle window began.
+    audit_mark: int = 0
 
     def cpu(self) -> dict[str, float]:
         return cpu_by_process(self.cluster)
@@ -156,6 +170,7 @@ class Churned:
     pods: int
     cpu_window_s: float
     operator_before: ProcStats | None
+    audit_start: int = 0
 
 
 @dataclass
@@ -175,14 +190,33 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     tracker.start()
     await tracker.synced.wait()
     driver = load.Driver(core, "bench", tracker, limit)
-    run = Run(args, cluster, out, api, core, limit, tracker, driver)
-    churned = await churn_phase(run)
-    filled = await fill_phase(run)
-    await idle_phase(run, churned)
-    process_phase(run, churned)
-    await ours_again_phase(run)
-    await floor_phase(run, filled)
-    await baseline_phase(run)
+    clock = AllocationClock(client.CustomObjectsApi(api), "bench")
+    clock.start()
+    await clock.synced.wait()
+    run = Run(args, cluster, out, api, core, limit, tracker, driver, clock)
+    watcher = None
+    if args.pauses_ms:
+        logging.getLogger(pauses.__name__).addHandler(run.own_pauses)
+        logging.getLogger(pauses.__name__).setLevel(logging.INFO)
+        watcher = asyncio.create_task(pauses.watch(args.pauses_ms))
+    try:
+        churned = await churn_phase(run)
+        if args.scale_only:
+            run.audit_mark = churned.audit_start
+            await idle_phase(run, churned)
+            process_phase(run, churned)
+            await clock.stop()
+            await tracker.stop()
+        else:
+            filled = await fill_phase(run)
+            await idle_phase(run, churned)
+            process_phase(run, churned)
+            await ours_again_phase(run)
+            await floor_phase(run, filled)
+            await baseline_phase(run)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
     out["correctness"] = dict(run.correctness)
     await api.close()
 
@@ -227,6 +261,8 @@ async def churn_phase(run: Run) -> Churned:
     ]  # fmt: skip
     run.correctness["churn_pods_stuck_gated"] = len(never)
     run.correctness["churn_pods_not_gone"] = sum(1 for p in pods if p.created and p.gone is None)
+    if args.attribution:
+        out["attribution"] = attribution(run, pods, off0, off1)
     ung = [x for p in pods if (x := p.ungate_latency()) is not None]
     gone = [x for p in pods if (x := p.gone_latency()) is not None]
     out["churn"] = {
@@ -256,7 +292,35 @@ async def churn_phase(run: Run) -> Churned:
     out["per_pod_requests_all_clients"] = {
         k: v / max(1, len(pods)) for k, v in (req1 - req0).most_common(25)
     }
-    return Churned(len(pods), cpu_window, op0)
+    return Churned(len(pods), cpu_window, op0, off0)
+
+
+def attribution(run: Run, pods: list[load.PodTimes], off0: int, off1: int) -> dict[str, Any]:
+    """Where each churn pod's time went (bench/steps.py) and which periodic
+    work overlapped the slowest (bench/timeline.py)."""
+    cluster = run.cluster
+    offset = time.time() - time.monotonic()
+    events = report.audit_events(cluster.plane.audit_log, off0, off1, reads=True)
+    logs = [("agents", a.log_path) for a in cluster.agents]
+    if cluster.operator is not None:
+        logs.append(("operator", cluster.operator.log_path))
+    work = timeline.from_audit(events, offset) + timeline.from_logs(logs, offset)
+    work += timeline.from_pause_lines("bench", run.own_pauses.lines, offset)
+    out = steps.attribution(pods, run.clock)
+    for chain in out.values():
+        windows = chain.pop("windows")
+        chain["overlaps"] = timeline.overlaps(work, windows["all"], windows["slowest"])
+    return out
+
+
+def print_attribution(r: dict[str, Any]) -> None:
+    att = r.get("attribution")
+    if not att:
+        return
+    steps.print_attribution(att)
+    for key in ("ungate", "gone"):
+        if key in att:
+            timeline.print_overlaps(att[key]["latency"], att[key]["overlaps"])
 
 
 async def fill_phase(run: Run) -> Filled:
@@ -268,9 +332,8 @@ async def fill_phase(run: Run) -> Filled:
     template, count = load.FILL
     fill = [load.PodTimes(f"f-{i:05d}", template, count) for i in range(capacity + waiting_n)]
     say(f"fill: {len(fill)} pods of {count} x {template} (capacity {capacity}) as fast as possible")
-    clock = AllocationClock(client.CustomObjectsApi(run.api), "bench")
-    clock.start()
-    await clock.synced.wait()
+    clock = run.clock
+    run.audit_mark = cluster.plane.audit_log.stat().st_size
     burst_cpu = CpuWindow(cluster)
     burst_cpu.start()
     t0 = await load.burst_create(driver, fill)
@@ -305,7 +368,6 @@ async def fill_phase(run: Run) -> Filled:
     freed_at = [clock.all_gone(p.uid) for p in freed]
     gone_to_placed = reuse_delays(freed_at, [clock.all_created(p.uid, count) for p in waiting])
     gone_to_ungated = reuse_delays(freed_at, [p.ungated for p in waiting])
-    await clock.stop()
     run.out["fill"] = {
         "created": len(fill), "placed": len(placed), "waiting": len(waiting),
         "freed": len(freed), "wait_to_place": report.summary(w2p, (50, 99)),
@@ -331,7 +393,7 @@ async def idle_phase(run: Run, churned: Churned) -> None:
     args, cluster, out = run.args, run.cluster, run.out
     plane = cluster.plane
     await asyncio.sleep(8)  # past the agent's inventory coalescing interval
-    await asyncio.to_thread(settle_audit, plane.audit_log)
+    settled = await settled_writes(run)
     run.count(await asyncio.to_thread(report.correctness_snapshot, cluster, final=True))
     a = plane.audit_log.stat().st_size
     say(f"idle {args.idle}s")
@@ -347,6 +409,8 @@ async def idle_phase(run: Run, churned: Churned) -> None:
         "seconds": args.idle, "writes_per_s": len(ours) / args.idle,
         "non_lease_writes": sum(v for k, v in kinds.items() if not k.endswith(" leases")),
         "kinds": dict(kinds),
+        # Before the window: the VNPUNode writes the settle interval put off.
+        "settled_writes_before": settled,
         "cpu_per_s": {k: (v - idle_cpu0.get(k, 0)) / idle_s for k, v in idle_cpu1.items()},
         "driver_cpu_per_s": {k: (v - idle_drv0.get(k, 0)) / idle_s for k, v in idle_drv1.items()},
     }  # fmt: skip
@@ -358,6 +422,46 @@ async def idle_phase(run: Run, churned: Churned) -> None:
         out["churn"]["driver_cpu_seconds"], out["idle"]["driver_cpu_per_s"], window, pods
     )
     run.correctness["idle_non_lease_writes"] = out["idle"]["non_lease_writes"]
+
+
+async def settled_writes(run: Run) -> dict[str, Any]:
+    """Waits until every VNPUNode write the agents' settle interval may have
+    put off is due (the last VNPUNode write of ours since `run.audit_mark`
+    plus the interval), then until the audit log shows only Lease renewals:
+    the idle window starts there, so what it counts is written idle. The
+    writes of the wait, by kind, and how long it took."""
+    plane = run.cluster.plane
+    start = time.monotonic()
+    a = await asyncio.to_thread(settle_audit, plane.audit_log)
+    events = report.audit_events(plane.audit_log, run.audit_mark, a)
+    last = max(
+        (
+            at
+            for e in events
+            if report.component(e) == "agent"
+            and (e.get("objectRef") or {}).get("resource") == names.NODE_PLURAL
+            and (at := timeline.epoch(e.get("stageTimestamp"))) is not None
+        ),
+        default=None,
+    )
+    settle = agent_setting("inventory_settle_seconds")
+    if last is not None:
+        # The put-off write is armed when the last write starts: 2 s of slack.
+        due = last + settle + 2.0 - time.time()
+        if due > 0:
+            say(f"idle: waiting {due:.0f}s for the VNPUNode writes the settle interval put off")
+            await asyncio.sleep(due)
+    b = await asyncio.to_thread(settle_audit, plane.audit_log)
+    ours = [
+        e for e in report.audit_events(plane.audit_log, a, b)
+        if report.component(e) in report.OURS.values() and not report.what(e).endswith(" leases")
+    ]  # fmt: skip
+    return {
+        "writes": len(ours),
+        "kinds": dict(Counter(report.what(e) for e in ours)),
+        "settle_interval_s": settle,
+        "waited_s": round(time.monotonic() - start, 1),
+    }
 
 
 def process_phase(run: Run, churned: Churned) -> None:
@@ -409,6 +513,7 @@ async def floor_phase(run: Run, filled: Filled) -> None:
     args, out = run.args, run.out
     await asyncio.to_thread(run.cluster.stop_operator)
     await run.tracker.stop()
+    await run.clock.stop()
     floor_tp: float | None = None
     floor_burst_cpu: dict[str, Any] | None = None
     if args.floor_replay:
@@ -536,6 +641,56 @@ def add_plane_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", type=Path, default=None, help="keep plane and logs here")
 
 
+def add_attribution_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--attribution",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time each step of every churn pod, say which held the slowest 1%% and which "
+        "periodic work overlapped them (bench/steps.py, bench/timeline.py; the plane also "
+        "audits our components' lists)",
+    )
+    p.add_argument(
+        "--pauses-ms",
+        type=float,
+        default=10.0,
+        help="the components (and the benchmark) log event-loop and GC pauses at least this "
+        "long (VNPU_DEBUG_PAUSES_MS); 0: off",
+    )
+    p.add_argument("--scale-only", action="store_true", help=argparse.SUPPRESS)
+
+
+def start_cluster(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]) -> None:
+    """The plane, the agent's base footprint, the nodes, the agents and the
+    operator, timed into out["startup"]."""
+    if args.pauses_ms:
+        os.environ[pauses.ENV] = f"{args.pauses_ms:g}"
+    if args.attribution:
+        cluster.plane.audit_policy = timeline.AUDIT_POLICY
+    cluster.start_plane(say)
+    say("agent base footprint (one node)")
+    base = cluster.measure_agent_base()
+    say(f"creating {args.nodes} kwok nodes")
+    t = time.monotonic()
+    cluster.add_nodes(cluster.nodes)
+    nodes_s = time.monotonic() - t
+    say(f"{args.nodes} nodes Ready in {nodes_s:.1f}s; "
+        f"starting {cluster.agent_count} agent process(es), then the operator")  # fmt: skip
+    t = time.monotonic()
+    cluster.start_agents()
+    out["startup"] = {"nodes_ready_s": nodes_s,
+                      "agents_to_all_vnpunodes_s": time.monotonic() - t,
+                      "agent_base_rss_mb": base.peak_rss_mb,
+                      "node_files_on_tmpfs": cluster.node_files != cluster.workdir}  # fmt: skip
+    t = time.monotonic()
+    cluster.start_operator()
+    out["startup"]["operator_ready_s"] = time.monotonic() - t
+    if cluster.operator:
+        # Synced with every node and no pod: what the peak RSS grows from.
+        out["startup"]["operator_rss_synced_mb"] = stats(cluster.operator).rss_mb
+        out["startup"]["agents_rss_synced_mb"] = sum(stats(a).rss_mb for a in cluster.agents)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=200)
@@ -600,6 +755,7 @@ def main(argv: list[str] | None = None) -> int:
         default=200.0,
         help="the search stops once this rate passes",
     )
+    add_attribution_args(p)
     args = p.parse_args(argv)
     if args.quick:
         args.nodes, args.pods, args.hold, args.idle = 20, 200, 10.0, 10.0
@@ -613,34 +769,14 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v)
                                       for k, v in vars(args).items()}}  # fmt: skip
     try:
-        cluster.start_plane(say)
-        say("agent base footprint (one node)")
-        base = cluster.measure_agent_base()
-        say(f"creating {args.nodes} kwok nodes")
-        t = time.monotonic()
-        cluster.add_nodes(cluster.nodes)
-        nodes_s = time.monotonic() - t
-        say(f"{args.nodes} nodes Ready in {nodes_s:.1f}s; "
-            f"starting {cluster.agent_count} agent process(es), then the operator")  # fmt: skip
-        t = time.monotonic()
-        cluster.start_agents()
-        out["startup"] = {"nodes_ready_s": nodes_s,
-                          "agents_to_all_vnpunodes_s": time.monotonic() - t,
-                          "agent_base_rss_mb": base.peak_rss_mb,
-                          "node_files_on_tmpfs": cluster.node_files != tmp}  # fmt: skip
-        t = time.monotonic()
-        cluster.start_operator()
-        out["startup"]["operator_ready_s"] = time.monotonic() - t
-        if cluster.operator:
-            # Synced with every node and no pod: what the peak RSS grows from.
-            out["startup"]["operator_rss_synced_mb"] = stats(cluster.operator).rss_mb
+        start_cluster(args, cluster, out)
         asyncio.run(phases(args, cluster, out))
     finally:
         cluster.stop()
     out["runtime_s"] = time.monotonic() - start
     if args.out:
         args.out.write_text(json.dumps(out, indent=2, default=str))
-    report.print_table(out)
+    report.print_table(out, lambda: print_attribution(out))
     if args.workdir is None:
         shutil.rmtree(tmp, ignore_errors=True)
     bad = {k: v for k, v in out["correctness"].items() if v}
