@@ -191,3 +191,32 @@ def test_scoped_and_deleted_quotas_are_left_to_the_api_server() -> None:
     book.seen(_quota("plain", hard, {}), deleted=True)
     assert book.exceeded("team-a", Charge(1, 1, 1)) is None
     assert book.quotas("team-a") == []
+
+
+def test_a_pod_that_already_carries_its_charge_is_admitted_as_it_is(
+    make_pod: PodFactory, offered: OfferedTemplates
+) -> None:
+    """Kueue admits a Job by its pod template, so the template carries the same
+    charge the webhook would write (docs/USAGE.md, Quota with Kueue): the pods the
+    Job makes keep it, their resources untouched. (Limits alone reach the webhook as
+    requests and limits: the API server defaults requests before admission.)"""
+    want = {AICORE: "10", MEMORY: str(2 * 16384), VNPUS: "2"}
+    resources = {"requests": {**want, "cpu": "1"}, "limits": dict(want)}
+    pod = make_pod(
+        containers=[{"name": "app", "image": "x", "resources": resources}],
+        annotations={names.ANN_COUNT: "2"},
+    )
+    decision = decide_mutation(pod, offered)
+    assert decision.allowed, decision.problems
+    touched = [op["path"] for op in decision.patch if "/resources" in op["path"]]
+    assert touched == []
+    assert _admit(pod, offered)["spec"]["containers"][0]["resources"] == resources
+    # A charge that is not the pod's true one is corrected: Kueue would have counted
+    # the template's, the namespace's quota counts the pod's.
+    wrong = {AICORE: "5", MEMORY: "16384", VNPUS: "1"}
+    pod = make_pod(
+        containers=[{"name": "app", "image": "x",
+                     "resources": {"requests": dict(wrong), "limits": dict(wrong)}}],
+        annotations={names.ANN_COUNT: "2"},
+    )  # fmt: skip
+    assert _requests(_admit(pod, offered)["spec"]["containers"][0]) == (want, want)
