@@ -208,5 +208,7 @@ def parse_args(argv: Sequence[str] | None = None) -> AgentSettings:
         argv,
         prog="vnpu-agent",
         description="The vnpu-operator node agent: creates and destroys the vNPUs "
-        "the VNPUAllocations of its node declare, and reports the node's chips.",
+        "the VNPUAllocations of its node declare, and reports the node's chips. "
+        "`vnpu-agent check --help`: the hardware self-check (driver, chips, templates "
+        "against the catalog; no cluster needed).",
     )
