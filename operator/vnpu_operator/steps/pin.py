@@ -15,7 +15,7 @@ from vnpu_common.types import Raw
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.lifecycle import Step
 from vnpu_operator.metrics import OperatorMetrics
-from vnpu_operator.notices import Notices
+from vnpu_operator.notices import TELL_AFTER_FAILURES, Notices
 from vnpu_operator.pinning import PinningError, pin_patch
 from vnpu_operator.placement import Ledger
 from vnpu_operator.podstate import Expectations, PodState, Write
@@ -71,7 +71,12 @@ class Pinner:
                     exc.status,
                 )
                 return
+            state.write_failures += 1
+            if state.write_failures >= TELL_AFTER_FAILURES:
+                what = f"pin it to node {node} and remove its scheduling gate"
+                await self.notices.write_failed(pod, state, what, exc)
             raise
+        state.write_failures = 0
         self.expect.sent(Write.UNGATE, uid)
         # Losses told before are of earlier placements' allocations.
         state.vanished.clear()

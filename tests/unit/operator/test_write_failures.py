@@ -5,8 +5,10 @@ which reason (WriteRefused for a refusal, APIError for the rest)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
+from test_controller import FakeApi, World, pod
 
 from vnpu_common import names
 from vnpu_common.rawcall import api_message, describe
@@ -59,3 +61,66 @@ def test_a_refusal_is_write_refused_anything_else_api_error() -> None:
     )
     reason, _, key = write_failure(what, ConnectionRefusedError())
     assert (reason, key) == (names.REASON_API_ERROR, "ConnectionRefusedError")
+
+
+class RefusingApi(FakeApi):
+    """Every allocation create and pin patch is refused as the allocation
+    policy refuses an operator it does not know, while `refusing`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusing = {"create_allocation"}
+
+    def _record(self, name: str, arg: Any) -> None:
+        super()._record(name, arg)
+        if name in self.refusing:
+            raise _error(403, "Forbidden", _status(POLICY))
+
+
+async def _retried(w: World, uid: str, times: int) -> None:
+    """The pod's key run `times` more times (the queue's backoff is not waited for)."""
+    for _ in range(times):
+        w.controller.kick(uid)
+        await w.settle()
+
+
+async def test_the_pod_is_told_once_its_writes_keep_failing_and_once_only() -> None:
+    w = World(api := RefusingApi())
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod())
+    await w.settle()
+    # One failure is often a conflict the next try gets past: nothing said yet.
+    assert api.of("set_pod_condition") == []
+    await _retried(w, "u1", 3)
+    expected = (
+        f"the API server refused to create its VNPUAllocation on node n1 (403 Forbidden: "
+        f"{POLICY}); retrying"
+    )
+    assert api.of("set_pod_condition") == [("False", names.REASON_WRITE_REFUSED, expected)]
+    assert api.of("event") == [(names.REASON_WRITE_REFUSED, expected)]
+    # Fixed: placed, and the condition turns.
+    tried = len(w.created())  # every create asked for, the refused ones included
+    api.refusing.clear()
+    await _retried(w, "u1", 1)
+    assert len(w.created()) == tried + 1
+    w.echo_created(names.PHASE_READY)
+    await w.settle()
+    assert api.of("set_pod_condition")[-1][:2] == ("True", names.REASON_ALLOCATED)
+
+
+async def test_a_refused_pin_patch_is_told_too() -> None:
+    w = World(api := RefusingApi())
+    api.refusing = {"patch_pod"}
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", pod())
+    await w.settle()
+    w.echo_created(names.PHASE_READY)
+    await w.settle()
+    await _retried(w, "u1", 2)
+    ((status, reason, message),) = api.of("set_pod_condition")
+    assert (status, reason) == ("False", names.REASON_WRITE_REFUSED)
+    assert message.startswith(
+        "the API server refused to pin it to node n1 and remove its scheduling gate (403 "
+    )
