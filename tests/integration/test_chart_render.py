@@ -406,10 +406,12 @@ def test_image_digest_pins_the_image(plane: LocalPlane) -> None:
     def images(*values: str) -> set[str]:
         docs = render(plane, *values)
         pods = [
-            d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "DaemonSet")
+            d["spec"]["template"]["spec"]
+            for d in docs
+            if d["kind"] in ("Deployment", "DaemonSet", "Job")  # Job: the pre-delete hook
         ]
         pods += [d["spec"] for d in docs if d["kind"] == "Pod"]  # the helm test hook
-        assert len(pods) == 3
+        assert len(pods) == 4
         return {c["image"] for p in pods for c in p["containers"]}
 
     assert images() == {"vnpu-operator:0.1.0"}
