@@ -691,7 +691,8 @@ def start_cluster(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any
         out["startup"]["agents_rss_synced_mb"] = sum(stats(a).rss_mb for a in cluster.agents)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options of `python -m bench`, --quick applied."""
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=200)
     p.add_argument("--pods", type=int, default=2000)
@@ -763,22 +764,47 @@ def main(argv: list[str] | None = None) -> int:
         args.floors = not args.quick
     if args.kopf_floor_pods is None:
         args.kopf_floor_pods = min(args.pods, round(30 * args.rate))
+    return args
+
+
+def machine() -> dict[str, Any]:
+    """The cores this run may use (taskset narrows them), of how many, and their model."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpus_usable": len(os.sched_getaffinity(0)), "cpus": os.cpu_count(), "model": model}
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """One plane, the phases `args` ask for, the results (not printed)."""
     start = time.monotonic()
     tmp = args.workdir or Path(tempfile.mkdtemp(prefix="vnpu-bench-"))
     cluster = Cluster(tmp, args.nodes, args.agents)
     out: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v)
                                       for k, v in vars(args).items()}}  # fmt: skip
+    out["machine"] = machine()
     try:
         start_cluster(args, cluster, out)
         asyncio.run(phases(args, cluster, out))
     finally:
         cluster.stop()
+    if args.workdir is None:
+        shutil.rmtree(tmp, ignore_errors=True)
     out["runtime_s"] = time.monotonic() - start
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    out = measure(args)
     if args.out:
         args.out.write_text(json.dumps(out, indent=2, default=str))
     report.print_table(out, lambda: print_attribution(out))
-    if args.workdir is None:
-        shutil.rmtree(tmp, ignore_errors=True)
     bad = {k: v for k, v in out["correctness"].items() if v}
     if bad:
         print(f"FAIL: correctness counters not 0: {bad}", file=sys.stderr)
