@@ -11,6 +11,11 @@ With --floors (on by default, off in --quick; bench/floors.py): a churn with
 Kopf's floor (empty handlers) beside the operator, counting each component's
 watch events and bytes, and a baseline churn of plain pods once the operator
 is stopped. With --rate-search: the sustainable rate of ours and of baseline.
+With --attribution (on by default): each churn pod's steps and the one that
+held the slowest 1% (bench/steps.py), and the periodic work that overlapped
+them (bench/timeline.py; the components log their pauses, --pauses-ms).
+The idle window starts once every VNPUNode write the agents' settle interval
+put off is due. `python -m bench.scale`: the churn at several node counts.
 Exits 1 if a correctness counter is not 0 (no timing assertions).
 """
 
@@ -304,7 +309,8 @@ def attribution(run: Run, pods: list[load.PodTimes], off0: int, off1: int) -> di
     logs = [("agents", a.log_path) for a in cluster.agents]
     if cluster.operator is not None:
         logs.append(("operator", cluster.operator.log_path))
-    work = timeline.from_audit(events, offset) + timeline.from_logs(logs, offset)
+    settle = agent_setting("inventory_settle_seconds")
+    work = timeline.from_audit(events, offset, settle) + timeline.from_logs(logs, offset)
     work += timeline.from_pause_lines("bench", run.own_pauses.lines, offset)
     out = steps.attribution(pods, run.clock)
     for chain in out.values():

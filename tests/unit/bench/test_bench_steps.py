@@ -8,7 +8,15 @@ from typing import Any, cast
 from bench.allocclock import AllocationClock
 from bench.load import PodTimes, steps
 from bench.steps import CREATE, DELETE, attribute, slowest
-from bench.timeline import Work, audit_kind, covered, from_pause_lines, overlaps
+from bench.timeline import (
+    SETTLED,
+    Work,
+    audit_kind,
+    covered,
+    from_audit,
+    from_pause_lines,
+    overlaps,
+)
 from kubernetes_asyncio import client
 
 from vnpu_common import names
@@ -153,3 +161,16 @@ def test_pause_lines_and_audit_kinds() -> None:
           "objectRef": {"resource": names.NODE_PLURAL, "subresource": "status"}}  # fmt: skip
     assert audit_kind(ev) == "agents: VNPUNode write"
     assert audit_kind({"userAgent": "kube-scheduler/1", "verb": "list"}) is None
+
+
+def test_a_vnpunode_write_the_settle_interval_put_off_is_told_apart() -> None:
+    def write(node: str, second: int) -> dict[str, Any]:
+        at = f"2026-01-01T00:00:{second:02d}.000000Z"
+        return {"userAgent": names.USER_AGENT_AGENT + "/1", "verb": "patch",
+                "objectRef": {"resource": names.NODE_PLURAL, "name": node,
+                              "subresource": "status"},
+                "requestReceivedTimestamp": at, "stageTimestamp": at}  # fmt: skip
+
+    events = [write("a", 1), write("b", 2), write("a", 31), write("b", 10)]
+    kinds = [w.kind for w in from_audit(events, offset=0.0, settle=30.0)]
+    assert kinds == ["agents: VNPUNode write"] * 2 + ["agents: VNPUNode write"] + [SETTLED]
