@@ -48,10 +48,14 @@ def _is_expected(exc: ApiException, expected: Expected) -> bool:
 
 class Writes:
     """Makes writes and counts the ones that fail in `errors`, a counter
-    labelled (operation, status)."""
+    labelled (operation, status). `fence(operation)`, if given, is called
+    just before each request is sent and may raise to keep it unsent (the
+    operator's leader election: a replica that does not lead writes
+    nothing); what it raises is not counted as a failed write."""
 
-    def __init__(self, errors: Counter) -> None:
+    def __init__(self, errors: Counter, fence: Callable[[str], None] | None = None) -> None:
         self.errors = errors
+        self.fence = fence
 
     def failed(self, operation: str, exc: BaseException) -> None:
         self.errors.labels(operation, status_label(exc)).inc()
@@ -76,6 +80,8 @@ class Writes:
         **kwargs: Any,
     ) -> int:
         """`rawcall.call`, counted: the HTTP status; raises as it does."""
+        if self.fence is not None:
+            self.fence(operation)
         status: int = await self._counted(operation, rawcall.call(fn, *args, **kwargs), expected)
         return status
 
@@ -88,4 +94,6 @@ class Writes:
         **kwargs: Any,
     ) -> Any:
         """`rawcall.call_json`, counted: the answer's JSON; raises as it does."""
+        if self.fence is not None:
+            self.fence(operation)
         return await self._counted(operation, rawcall.call_json(fn, *args, **kwargs), expected)

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -242,11 +243,20 @@ class OperatorProcess(ServiceProcess):
         name: str | None = None,
         log_path: Path | None = None,
         profile_dir: Path | None = None,
+        webhook_url: str | None = None,
     ) -> None:
+        """`webhook_url`: where the API server calls the webhooks (several
+        replicas: a `webhookproxy.WebhookProxy` in front of them); None: this
+        process's own port."""
         super().__init__(plane, workdir, name=name, log_path=log_path, profile_dir=profile_dir)
         self.settings = self.QUICK if settings is None else settings
         self.extra = extra or []
         self.webhook_port = free_port()
+        self.webhook_url = webhook_url
+        # Its name in the leader Lease, kept across restarts as a pod's name
+        # is across its container's restarts: a restarted process takes its
+        # own Lease back at once.
+        self.identity = f"{self.name}-{uuid.uuid4().hex[:6]}"
 
     def start(self, *, ready_timeout: float = 60) -> OperatorProcess:
         """Starts the operator (on a fresh metrics port); waits for /readyz
@@ -259,7 +269,8 @@ class OperatorProcess(ServiceProcess):
             f"--metrics-port={self.port}",
             "--webhook-host=127.0.0.1",
             f"--webhook-port={self.webhook_port}",
-            f"--webhook-url=https://127.0.0.1:{self.webhook_port}",
+            f"--webhook-url={self.webhook_url or f'https://127.0.0.1:{self.webhook_port}'}",
+            f"--leader-election-identity={self.identity}",
             *flags(self.settings),
             *self.extra,
         ]

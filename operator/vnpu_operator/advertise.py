@@ -96,6 +96,8 @@ class Advertiser:
             self.queue.add(name)
 
     async def _sync(self, name: str) -> None:
+        if not self.ready():
+            return  # not synced, or a standby: the leader advertises
         node = self.nodes.get(name)
         if node is None:
             return

@@ -6,6 +6,8 @@ fail at start with pydantic's message naming the setting.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -15,6 +17,7 @@ from pydantic_settings import CliSuppress, NoDecode
 
 from vnpu_common.cli import parse_settings
 from vnpu_common.settings import ComponentSettings, MetricsPort
+from vnpu_operator.election import Timing
 from vnpu_operator.placement import Policy
 
 # The choices as an admin types them; pydantic-settings would show the enum's
@@ -60,6 +63,36 @@ class OperatorSettings(ComponentSettings):
     )
     lease_grace_seconds: float = Field(
         default=5.0, ge=0, description="Slack past a Lease's expiry before its node is not live."
+    )
+
+    leader_election: bool = Field(
+        default=True,
+        description="Run for leadership with a coordination.k8s.io Lease: every replica keeps "
+        "its caches and serves the webhook, only the leader places, releases and writes "
+        "(docs/HELM.md, 'High availability'). Off: this replica always leads; never run two so.",
+    )
+    leader_election_namespace: str = Field(
+        default="", description="Namespace of the leader Lease; empty: the agent namespace."
+    )
+    leader_election_identity: str = Field(
+        default="",
+        description="This replica's name in the leader Lease (the chart: the pod's name); "
+        "empty: <hostname>-<pid>.",
+    )
+    leader_election_lease_seconds: int = Field(
+        default=15,
+        ge=2,
+        description="How long the leader Lease outlives its last renewal: a standby takes "
+        "over this long after the leader died without handing it back.",
+    )
+    leader_election_renew_deadline_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A leader whose last successful renewal is older than this stops writing "
+        "(shorter than the lease, so it stops before anyone can take over).",
+    )
+    leader_election_retry_seconds: float = Field(
+        default=2.0, gt=0, description="How often the leader renews and a standby tries."
     )
 
     webhook_host: str = Field(default="0.0.0.0", description="Address the webhook listens on.")
@@ -143,6 +176,21 @@ class OperatorSettings(ComponentSettings):
                 f"not {self.webhook_service!r}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _check_leader_timing(self) -> OperatorSettings:
+        self.election_timing()
+        return self
+
+    def election_timing(self) -> Timing:
+        return Timing(
+            lease_seconds=self.leader_election_lease_seconds,
+            renew_deadline=self.leader_election_renew_deadline_seconds,
+            retry_seconds=self.leader_election_retry_seconds,
+        )
+
+    def election_identity(self) -> str:
+        return self.leader_election_identity or f"{socket.gethostname()}-{os.getpid()}"
 
     @model_validator(mode="after")
     def _check_cert_lifetimes(self) -> OperatorSettings:

@@ -123,6 +123,11 @@ class Controller:
             expected=(ApiException,),
         )
         self.synced = False
+        # Set with `synced` (the leader election waits for it).
+        self.synced_event = asyncio.Event()
+        # Whether this replica leads (leader.Leadership.leading, set by the
+        # wiring): only the leader reconciles; every replica keeps the caches.
+        self.leading: Callable[[], bool] = lambda: True
         self._listed: set[str] = set()
         self._offered: tuple[int, OfferedTemplates] | None = None
         self._side_tasks: set[asyncio.Task[None]] = set()
@@ -141,6 +146,10 @@ class Controller:
 
     def is_synced(self) -> bool:
         return self.synced
+
+    def is_active(self) -> bool:
+        """Synced and leading: this replica reconciles and writes."""
+        return self.synced and self.leading()
 
     def offered_templates(self) -> OfferedTemplates | None:
         """What the webhook checks requests against; None until synced (it
@@ -169,15 +178,37 @@ class Controller:
         seen so far (kicks before this point were no-ops)."""
         if not self.synced:
             self.synced = True
-            for uid in sorted(set(self.pods) | set(self.allocs_by_pod)):
-                self.kick(uid)
-            self.advertiser.all()
+            self.synced_event.set()
+            self._kick_all()
             log.info(
                 "synced: %d node(s), %d allocation(s), %d pod(s)",
                 len(self.inventories.vnpunodes),
                 len(self.allocs),
                 len(self.pods),
             )
+
+    def _kick_all(self) -> None:
+        if not self.is_active():
+            return
+        for uid in sorted(set(self.pods) | set(self.allocs_by_pod)):
+            self.kick(uid)
+        self.advertiser.all()
+
+    def lead(self) -> None:
+        """This replica became the leader: its caches are warm (synced as a
+        standby), so it reconciles everything seen so far, as a restarted
+        operator does once synced."""
+        if self.synced:
+            log.info(
+                "leading: reconciling %d pod(s), %d allocation(s)",
+                len(self.pods), len(self.allocs),
+            )  # fmt: skip
+        self._kick_all()
+
+    def follow(self) -> None:
+        """This replica stopped leading: nothing more is reconciled (queued
+        keys run and return at once; writes in flight are fenced)."""
+        self.placer.capacity_grew()
 
     def pod_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
         """`obj` may be the watch's own object: only a slim copy is kept."""
@@ -280,7 +311,7 @@ class Controller:
         log.warning("node %s is not live (%s); %d allocation(s) kept", node, why, len(allocs))
         for pod_uid in sorted({a.pod_uid for a in allocs}):
             pod = self.pods.get(pod_uid)
-            if pod is not None:
+            if pod is not None and self.is_active():
                 self._spawn(self.notices.node_not_live(pod, node, why))
                 # A deleted pod there waits for its containers to stop, which
                 # a node that is gone settles (lifecycle.containers_stopped).
@@ -289,7 +320,7 @@ class Controller:
     # ------------------------------------------------------------ scheduling
 
     def kick(self, uid: str) -> None:
-        if self.synced:
+        if self.synced and self.leading():
             self.queue.add(uid)
 
     def kick_waiting(self) -> None:
@@ -336,6 +367,8 @@ class Controller:
         ]
 
     async def reconcile(self, uid: str) -> None:
+        if not self.leading():
+            return  # a standby: the leader reconciles (and kicks all on taking over)
         pod = self.pods.get(uid)
         views = self.views(uid)
         state = self.state(uid)

@@ -26,6 +26,7 @@ from vnpu_common.informer import Informer
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
 from vnpu_operator.convergence import Convergence
+from vnpu_operator.leader import Leadership
 from vnpu_operator.leases import LeasePoller
 
 log = logging.getLogger(__name__)
@@ -65,9 +66,12 @@ def register(
     leases: LeasePoller,
     convergence: Convergence,
     informers: Sequence[Informer],
+    leadership: Leadership | None = None,
 ) -> None:
     """All handlers of the operator, bound to `controller`, and its other
-    long-running tasks."""
+    long-running tasks; `leadership` runs for the leader Lease once the
+    caches are synced (a cold replica never takes over from a warm one) and
+    hands it back at cleanup."""
     # Kopf runs a startup handler again if it fails: each list is filled once.
     pollers: list[asyncio.Task[None]] = []
     watches: list[asyncio.Task[None]] = []
@@ -78,6 +82,8 @@ def register(
         if not pollers:
             pollers.append(asyncio.create_task(leases.run(), name="lease-poller"))
             pollers.append(asyncio.create_task(convergence.run(), name="convergence"))
+            if leadership is not None:
+                pollers.append(asyncio.create_task(elect(leadership), name="leader-election"))
         # Every agent Lease is known before any cache can be complete: a
         # node whose Lease was not listed yet would count as not live.
         await leases.listed.wait()
@@ -85,8 +91,14 @@ def register(
             for informer in informers:
                 watches.append(asyncio.create_task(informer.run(), name=f"watch-{informer.name}"))
 
+    async def elect(leadership: Leadership) -> None:
+        await controller.synced_event.wait()
+        await leadership.run()
+
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
+        if leadership is not None:
+            await leadership.release()
         tasks = [*pollers, *watches]
         for task in tasks:
             task.cancel()

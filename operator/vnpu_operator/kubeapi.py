@@ -87,12 +87,19 @@ def _eviction_answered(exc: ApiException) -> bool:
 
 
 class OperatorApi:
-    def __init__(self, api_client: client.ApiClient, errors: Counter) -> None:
-        """`errors`: the counter of failed writes, labelled (operation, status)."""
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        errors: Counter,
+        fence: Callable[[str], None] | None = None,
+    ) -> None:
+        """`errors`: the counter of failed writes, labelled (operation, status);
+        `fence(operation)`: raises to keep a write unsent (the leader
+        election's `Leadership.check`: only the leader writes)."""
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.host = os.environ.get("HOSTNAME", "")
-        self._writes = Writes(errors)
+        self._writes = Writes(errors, fence)
 
     async def _write(
         self,

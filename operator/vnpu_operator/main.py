@@ -1,5 +1,7 @@
 """`vnpu-operator`: admission webhooks, placement and the allocation
-lifecycle, one active replica (Kopf standalone: no peering writes)."""
+lifecycle. Every replica keeps the caches and answers the webhook; the one
+that holds the leader Lease (leader.py) reconciles and writes. Kopf runs
+standalone (docs/ARCHITECTURE.md, 'What Kopf does here')."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.convergence import for_controller
 from vnpu_operator.handlers import register
 from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.leader import Leadership
 from vnpu_operator.leases import LeasePoller
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.watches import (
@@ -34,7 +37,7 @@ from vnpu_operator.watches import (
     pod_informer,
     vnpunode_informer,
 )
-from vnpu_operator.wiring import build_claims, build_controller
+from vnpu_operator.wiring import build_claims, build_controller, follow_leadership
 
 log = logging.getLogger("vnpu_operator")
 PROG = "vnpu-operator"
@@ -65,10 +68,22 @@ async def run(settings: OperatorSettings) -> None:
     if settings.kubeconfig:
         # Kopf's login reads the same file through kubernetes-asyncio.
         os.environ["KUBECONFIG"] = str(settings.kubeconfig)
-    api_client = new_api_client(f"{names.USER_AGENT_OPERATOR}/{__version__}")
+    # The replica's Lease identity in its User-Agent: an audit log says which replica wrote.
+    identity = settings.election_identity()
+    api_client = new_api_client(f"{names.USER_AGENT_OPERATOR}/{__version__} ({identity})")
     metrics = OperatorMetrics()
-    api = OperatorApi(api_client, metrics.api_errors)
+    leadership = Leadership(
+        client.CoordinationV1Api(api_client) if settings.leader_election else None,
+        settings.leader_election_namespace or settings.agent_namespace,
+        identity,
+        timing=settings.election_timing(),
+        leader_gauge=metrics.leader,
+        changes=metrics.leader_changes,
+        refused=metrics.fenced_writes,
+    )
+    api = OperatorApi(api_client, metrics.api_errors, leadership.check)
     controller = build_controller(api, settings, metrics)
+    follow_leadership(controller, leadership)
     runner = await serve_http(
         settings.metrics_host,
         settings.metrics_port,
@@ -97,7 +112,7 @@ async def run(settings: OperatorSettings) -> None:
     )
     claims = None
     if settings.dra and await serves_resource_api(api_client):
-        claims = build_claims(api, api_client, controller, metrics)
+        claims = build_claims(api, api_client, controller, metrics, leadership)
     informers = [
         vnpunode_informer(api_client, controller, settings),
         node_informer(api_client, controller, settings),
@@ -106,7 +121,7 @@ async def run(settings: OperatorSettings) -> None:
     ]
     if claims is not None:
         informers.append(claim_informer(api_client, claims, settings))
-    register(registry, controller, settings, leases, convergence, informers)
+    register(registry, controller, settings, leases, convergence, informers, leadership)
     trimming = asyncio.create_task(memory.trimmer().run(), name="memory-trim")
     try:
         await kopf.operator(registry=registry, clusterwide=True, standalone=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -105,6 +105,24 @@ class OperatorMetrics:
             "(none: no answer). AlreadyExists on create, and NotFound where a gone "
             "object leaves nothing to do (delete, finalizer, condition), are not failures.",
             self.registry,
+        )
+        # Written by leader.Leadership (docs/HELM.md, 'High availability').
+        self.leader = Gauge(
+            f"{PREFIX}_leader",
+            "1 on the replica that leads (places, releases, writes), 0 on a standby.",
+            registry=self.registry,
+        )
+        self.leader_changes = Counter(
+            f"{PREFIX}_leader_changes_total",
+            "Times this replica started or stopped leading.",
+            registry=self.registry,
+        )
+        self.fenced_writes = Counter(
+            f"{PREFIX}_fenced_writes_total",
+            "Writes this replica refused to send because it did not lead (or its last "
+            "renewal of the leader Lease was older than the renew deadline), by operation.",
+            ["operation"],
+            registry=self.registry,
         )
         # Written by admission.webhook: webhook is mutate or validate.
         self.admission_requests = Counter(

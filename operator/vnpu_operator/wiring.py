@@ -18,6 +18,7 @@ from vnpu_operator.dra.claimapi import ClaimApi
 from vnpu_operator.dra.claims import ClaimController
 from vnpu_operator.inventories import Inventories
 from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.leader import Leadership
 from vnpu_operator.metrics import OperatorMetrics, StateView
 from vnpu_operator.notices import Notices
 from vnpu_operator.placement import Ledger
@@ -29,17 +30,46 @@ from vnpu_operator.waiting import WaitingLine
 
 
 def build_claims(
-    api: OperatorApi, api_client: ApiClient, controller: Controller, metrics: OperatorMetrics
+    api: OperatorApi,
+    api_client: ApiClient,
+    controller: Controller,
+    metrics: OperatorMetrics,
+    leadership: Leadership | None = None,
 ) -> ClaimController:
     """The DRA front-end: books in the pod controller's ledger and acts only
-    once its caches are synced."""
-    return ClaimController(
+    once its caches are synced, and only while this replica leads (its
+    writes are fenced as the pod controller's are)."""
+    claims = ClaimController(
         api,
-        ClaimApi(api_client, metrics.api_errors),
+        ClaimApi(api_client, metrics.api_errors, leadership.check if leadership else None),
         controller.ledger,
         ready=controller.is_synced,
         retry_max_seconds=controller.settings.retry_max_seconds,
     )
+    if leadership is not None:
+        claims.leading = leadership.leading
+        leadership.on_change(claims.lead, lambda: None)
+    return claims
+
+
+def follow_leadership(controller: Controller, leadership: Leadership) -> None:
+    """Only the leader reconciles and writes: the controller's queues (pods,
+    Node resources) run while `leadership` leads, and on taking over it
+    reconciles everything its warm caches hold. Each change is an Event on
+    the Lease (from the new leader) and a log line (from both)."""
+    controller.leading = leadership.leading
+    controller.advertiser.ready = controller.is_active
+    leadership.on_change(controller.lead, controller.follow)
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": leadership.name, "namespace": leadership.namespace},
+    }
+
+    async def announce(reason: str, message: str) -> None:
+        await controller.api.event(lease, reason=reason, message=message)
+
+    leadership.announce = announce
 
 
 def build_controller(

@@ -69,10 +69,30 @@ def release(plane: LocalPlane) -> Iterator[str]:
 def test_install_creates_the_objects(plane: LocalPlane, release: str) -> None:
     deploy = get_json(plane, "deployment", f"{release}-operator", "-n", NAMESPACE)
     spec = deploy["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"]["type"] == "Recreate"
+    # Two replicas, one leading (docs/HELM.md, "High availability"); a rollout starts a
+    # new one before it stops an old one.
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
     pod = spec["template"]["spec"]
+    spread = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert spread[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    (constraint,) = pod["topologySpreadConstraints"]
+    assert constraint["topologyKey"] == "kubernetes.io/hostname"
+    assert constraint["whenUnsatisfiable"] == "ScheduleAnyway"
+    pdb = get_json(plane, "poddisruptionbudget", f"{release}-operator", "-n", NAMESPACE)
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
     (c,) = pod["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    # The leader Lease names its holder by the pod's name.
+    assert env["VNPU_LEADER_ELECTION_IDENTITY"]["valueFrom"]["fieldRef"] == {
+        "apiVersion": "v1",
+        "fieldPath": "metadata.name",
+    }
+    assert c["lifecycle"]["preStop"]["sleep"]["seconds"] == 5
     assert c["command"] == ["vnpu-operator"]
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -211,6 +231,14 @@ def test_operator_rbac(plane: LocalPlane, release: str) -> None:
     assert cred.can_i("list", leases, NAMESPACE)
     assert not cred.can_i("watch", leases, NAMESPACE)
     assert not cred.can_i("patch", leases, NAMESPACE)
+    # Leader election: its own Lease only (create cannot be limited by name).
+    assert cred.can_i("create", leases, NAMESPACE)
+    leader = f"{leases}/vnpu-operator-leader"
+    assert cred.can_i("get", leader, NAMESPACE)
+    assert cred.can_i("update", leader, NAMESPACE)
+    assert not cred.can_i("update", f"{leases}/{names.lease_name(NODE_A)}", NAMESPACE)
+    assert not cred.can_i("delete", leader, NAMESPACE)
+    assert not cred.can_i("create", leases, "default")
 
 
 def test_agent_rbac(plane: LocalPlane, release: str) -> None:

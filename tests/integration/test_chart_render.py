@@ -73,7 +73,8 @@ def test_rendered_crds_are_kept_on_uninstall(plane: LocalPlane) -> None:
             "at '/operator/policy': value must be one of 'binpack', 'spread'",
         ),
         ("agent.hostPaths.driver=relative/dir", "at '/agent/hostPaths/driver'"),
-        ("operator.replicas=2", "additional properties 'replicas' not allowed"),
+        ("operator.replicas=0", "at '/operator/replicas': minimum: got 0, want 1"),
+        ("operator.leaderElection.leaseSeconds=1", "at '/operator/leaderElection/leaseSeconds'"),
     ],
 )
 def test_values_schema_rejects_bad_values(plane: LocalPlane, setting: str, message: str) -> None:
@@ -530,3 +531,37 @@ def test_the_api_error_rate_alert(plane: LocalPlane) -> None:
     assert alert["expr"].endswith("> 0")
     assert alert["for"] == "3m"
     assert "WriteRefused" in alert["annotations"]["description"]
+
+
+def test_one_replica_has_no_disruption_budget_and_no_leader_goes_alerted(
+    plane: LocalPlane,
+) -> None:
+    """replicas 1 renders as before (no PDB: it would only block drains or permit what one
+    replica allows anyway); the leader Lease's timing reaches the operator; the alert on
+    no replica leading fires after noLeaderFor."""
+
+    def kinds(*values: str) -> list[str]:
+        return [d["kind"] for d in render(plane, *values)]
+
+    assert "PodDisruptionBudget" in kinds()
+    assert "PodDisruptionBudget" not in kinds("--set", "operator.replicas=1")
+    (deploy,) = [
+        d for d in render(plane, "--set", "operator.replicas=1") if d["kind"] == "Deployment"
+    ]
+    assert deploy["spec"]["replicas"] == 1
+    docs = render(plane, "--set", "operator.leaderElection.leaseSeconds=30",
+                  "--set", "metrics.prometheusRule.enabled=true",
+                  "--set", "metrics.prometheusRule.noLeaderFor=2m",
+                  "--api-versions", "monitoring.coreos.com/v1")  # fmt: skip
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = {
+        e["name"]: e.get("value")
+        for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["VNPU_LEADER_ELECTION_LEASE_SECONDS"] == "30"
+    assert env["VNPU_LEADER_ELECTION_RENEW_DEADLINE_SECONDS"] == "10"
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    alert = alerts["VNPUOperatorNoLeader"]
+    assert alert["expr"] == "max by (namespace) (vnpu_operator_leader) < 1"
+    assert alert["for"] == "2m"

@@ -77,6 +77,7 @@ def operator_metrics() -> OperatorMetrics:
     metrics.admission_duration.labels("mutate").observe(0.002)
     metrics.preemption_attempts.labels("evicted").inc()
     metrics.preemption_victims.inc()
+    metrics.fenced_writes.labels("create_allocation").inc()
     return metrics
 
 

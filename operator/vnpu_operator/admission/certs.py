@@ -57,13 +57,18 @@ def covers(registered: bytes | None, wanted: bytes) -> bool:
     return all(c.fingerprint(_SHA256) in have for c in bundle(wanted))
 
 
-def handover(new: bytes, old: bytes | None, now: float) -> bytes:
-    """`new` followed by the still valid CAs of `old` it lacks: while the server still
-    serves a certificate of the old CA, an API server that already has the new bundle
-    must accept it too."""
+def handover(new: bytes, old: bytes | None, now: float, limit: int | None = None) -> bytes:
+    """`new` followed by the still valid CAs of `old` it lacks, at most `limit` in all
+    (the newest of `old` first kept): while the server still serves a certificate of the
+    old CA, an API server that already has the new bundle must accept it too; and with
+    several replicas each making its own CA, the API server must trust every live
+    replica's (each puts its own first; a dead replica's CA, whose key died with it, is
+    the first to go over the limit)."""
     out = bundle(new)
     seen = {c.fingerprint(_SHA256) for c in out}
     for c in bundle(old) if old else []:
+        if limit is not None and len(out) >= limit:
+            break
         if c.fingerprint(_SHA256) not in seen and c.not_valid_after_utc.timestamp() > now:
             out.append(c)
             seen.add(c.fingerprint(_SHA256))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -77,6 +78,27 @@ def keep_ca_bundles(body: dict[str, Any], existing: dict[str, Any]) -> dict[str,
         injected = have.get(webhook["name"])
         if injected and not webhook["clientConfig"].get("caBundle"):
             webhook = {**webhook, "clientConfig": {**webhook["clientConfig"], "caBundle": injected}}
+        webhooks.append(webhook)
+    return {**body, "webhooks": webhooks}
+
+
+def merge_ca_bundles(
+    body: dict[str, Any], existing: dict[str, Any], merge: Callable[[bytes, bytes | None], bytes]
+) -> dict[str, Any]:
+    """`body` with each caBundle it has replaced by `merge(ours, theirs)`, theirs the
+    same-named webhook's caBundle in `existing` (PEM, None if it has none)."""
+    have = {
+        w.get("name"): (w.get("clientConfig") or {}).get("caBundle")
+        for w in existing.get("webhooks") or []
+    }
+    webhooks = []
+    for webhook in body["webhooks"]:
+        ours = webhook["clientConfig"].get("caBundle")
+        if ours:
+            theirs = have.get(webhook["name"])
+            pem = merge(base64.b64decode(ours), base64.b64decode(theirs) if theirs else None)
+            config = {**webhook["clientConfig"], "caBundle": base64.b64encode(pem).decode()}
+            webhook = {**webhook, "clientConfig": config}
         webhooks.append(webhook)
     return {**body, "webhooks": webhooks}
 

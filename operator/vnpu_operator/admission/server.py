@@ -12,6 +12,7 @@ cert-manager's cainjector) is left in place.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import datetime as dt
 import logging
@@ -42,7 +43,11 @@ from vnpu_operator.admission.certs import (
     handover,
     load,
 )
-from vnpu_operator.admission.configurations import WebhookTarget, keep_ca_bundles
+from vnpu_operator.admission.configurations import (
+    WebhookTarget,
+    keep_ca_bundles,
+    merge_ca_bundles,
+)
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.webhook import OfferedSource, create_app
 from vnpu_operator.config import OperatorSettings
@@ -54,6 +59,9 @@ log = logging.getLogger("vnpu_operator.webhook_server")
 # After a new CA bundle is registered and before a certificate of the new CA is served:
 # API servers see configuration changes through a watch, a moment later.
 HANDOVER_SECONDS: Final = 2.0
+# CAs kept in a caBundle: each replica with operator-made certificates has its own CA
+# (and one more during a renewal's handover); each registers its own first.
+MAX_CAS: Final = 8
 # Read-modify-write of a configuration that someone else (cainjector) also writes.
 CONFLICT_ATTEMPTS: Final = 5
 
@@ -91,6 +99,10 @@ def certificate_source(settings: OperatorSettings) -> SelfSigned | CertDir:
         validity=s.webhook_cert_validity_seconds, ca_validity=s.webhook_ca_validity_seconds,
         renew_fraction=s.webhook_cert_renew_fraction,
     )  # fmt: skip
+
+
+def _merge_cas(ours: bytes, theirs: bytes | None) -> bytes:
+    return handover(ours, theirs, time.time(), limit=MAX_CAS)
 
 
 def _when(epoch: float) -> str:
@@ -181,6 +193,34 @@ class WebhookServer:
         )
         log.info("registered the webhook configurations %s", names.WEBHOOK_CONFIG_NAME)
 
+    async def _still_trusted(self) -> None:
+        """Re-registers this replica's CA if the configurations no longer carry it
+        (another replica's registration dropped it over MAX_CAS, or an admin edited
+        them): without it the API server refuses this replica's certificate."""
+        if self._api_client is None or self._registered is None:
+            return
+        if not isinstance(self._source, SelfSigned) or webhook_target(self.settings) is None:
+            return
+        api = client.AdmissionregistrationV1Api(self._api_client)
+        for read in (
+            api.read_mutating_webhook_configuration,
+            api.read_validating_webhook_configuration,
+        ):
+            try:
+                existing = self._api_client.sanitize_for_serialization(
+                    await read(names.WEBHOOK_CONFIG_NAME)
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                existing = {}
+            for webhook in existing.get("webhooks") or [{}]:
+                theirs = (webhook.get("clientConfig") or {}).get("caBundle")
+                if not theirs or not covers(base64.b64decode(theirs), self._registered):
+                    log.info("the webhook configurations lack this replica's CA: registering")
+                    await self._register(self._registered)
+                    return
+
     async def _put(
         self,
         body: dict[str, Any],
@@ -194,7 +234,6 @@ class WebhookServer:
         api_client = self._api_client
         if api_client is None:
             return
-        keeps = any("caBundle" not in w["clientConfig"] for w in body["webhooks"])
         for _ in range(CONFLICT_ATTEMPTS):
             try:
                 await create(body)
@@ -202,19 +241,17 @@ class WebhookServer:
             except ApiException as exc:
                 if exc.status != 409:
                     raise
-            update = body
-            if keeps:
-                try:
-                    existing = api_client.sanitize_for_serialization(
-                        await read(names.WEBHOOK_CONFIG_NAME)
-                    )
-                except ApiException as exc:
-                    if exc.status == 404:
-                        continue  # deleted in between: create it again
-                    raise
-                update = keep_ca_bundles(body, existing)
-                version = existing["metadata"]["resourceVersion"]
-                update["metadata"] = {**body["metadata"], "resourceVersion": version}
+            try:
+                existing = api_client.sanitize_for_serialization(
+                    await read(names.WEBHOOK_CONFIG_NAME)
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue  # deleted in between: create it again
+                raise
+            update = merge_ca_bundles(keep_ca_bundles(body, existing), existing, _merge_cas)
+            version = existing["metadata"]["resourceVersion"]
+            update["metadata"] = {**body["metadata"], "resourceVersion": version}
             try:
                 await patch(names.WEBHOOK_CONFIG_NAME, update, _content_type=MERGE)
                 return
@@ -232,6 +269,7 @@ class WebhookServer:
             await asyncio.sleep(self.settings.webhook_cert_poll_seconds)
             try:
                 await self._refresh()
+                await self._still_trusted()
             except CertError as exc:
                 log.warning(
                     "webhook certificate not reloaded (%s); still serving the one valid "

@@ -8,7 +8,7 @@ manager set alone (and removes an entry of ours that the plan drops).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -49,9 +49,15 @@ def status_body(namespace: str, name: str, devices: Sequence[Mapping[str, Any]])
 
 
 class ClaimApi:
-    def __init__(self, api_client: client.ApiClient, errors: Counter) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        errors: Counter,
+        fence: Callable[[str], None] | None = None,
+    ) -> None:
+        """`fence`: as OperatorApi's (only the leader writes)."""
         self.resource = client.ResourceV1Api(api_client)
-        self._writes = Writes(errors)
+        self._writes = Writes(errors, fence)
 
     async def get(self, namespace: str, name: str) -> Raw | None:
         """The claim, or None if there is none of that name."""

@@ -120,13 +120,17 @@ class ClaimController:
         *,
         ready: Callable[[], bool],
         retry_max_seconds: float,
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
         """`ready()`: the pod controller's caches are synced, so the ledger
-        holds every allocation and node (no id is chosen before)."""
+        holds every allocation and node (no id is chosen before);
+        `leading()`: this replica leads (leader.Leadership): a standby keeps
+        its caches and reconciles nothing."""
         self.api = api
         self.claims_api = claims_api
         self.ledger = ledger
         self.ready = ready
+        self.leading = leading
         self.claims: dict[str, Raw] = {}
         # Claim key -> allocation key -> what the plan reads of it.
         self.allocs: dict[str, dict[str, AllocInfo]] = {}
@@ -157,6 +161,11 @@ class ClaimController:
 
     def claims_listed(self) -> None:
         self.listed = True
+        self.lead()
+
+    def lead(self) -> None:
+        """Every claim and allocation seen so far reconciled (once listed,
+        and on becoming the leader)."""
         for key in sorted(set(self.claims) | set(self.allocs)):
             self.kick(key)
 
@@ -177,12 +186,14 @@ class ClaimController:
         self.kick(key)
 
     def kick(self, key: str) -> None:
-        if self.listed:
+        if self.listed and self.leading():
             self.queue.add(key)
 
     # ------------------------------------------------------------ reconcile
 
     async def reconcile(self, key: str) -> None:
+        if not self.leading():
+            return  # a standby: the leader reconciles (and kicks all on taking over)
         if not self.ready():
             raise RetryLater("the operator's caches are not synced yet")
         infos = list(self.allocs.get(key, {}).values())

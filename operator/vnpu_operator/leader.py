@@ -1,0 +1,241 @@
+"""The leader election's runner: reads and writes the Lease every
+`retry_seconds` by `election.Election`'s rules, and tells the controllers
+when this replica starts and stops leading.
+
+Every replica runs the informers and serves the webhook; only the leader
+reconciles and writes (docs/HELM.md, 'High availability'). `may_write` is
+the fence every write of `OperatorApi` and `ClaimApi` asks just before it is
+sent; `started` and `stopped` are called on each change, and a timer fires
+`stopped` at the renew deadline if no renewal came back by then (a frozen
+process sees that timer overdue the moment it resumes, and its clock has
+refused every write already).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import Counter, Gauge
+
+from vnpu_common.rawcall import call_json, describe
+from vnpu_operator.election import Election, Record, Timing
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "vnpu-operator-leader"
+
+Listener = Callable[[], None]
+
+
+class NotLeading(ApiException):
+    """A write this replica refused to send: it does not lead, or its last
+    renewal is older than the renew deadline. An ApiException (status 0)
+    so that every caller treats it as the failed write it is: logged
+    without a traceback, retried with backoff, booked capacity given back."""
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(status=0, reason=f"not the leader: {operation} not sent")
+
+
+class Leadership:
+    """One replica's part in the election. `started()` and `stopped()` are
+    the listeners' hooks; `leading()` and `check()` the fence."""
+
+    def __init__(
+        self,
+        api: client.CoordinationV1Api | None,
+        namespace: str,
+        identity: str,
+        *,
+        timing: Timing | None = None,
+        name: str = LEASE_NAME,
+        leader_gauge: Gauge | None = None,
+        changes: Counter | None = None,
+        refused: Counter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        """`api` None: no election, this replica always leads (the
+        operator's `--no-leader-election`, and unit tests)."""
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.election = Election(identity, timing or Timing())
+        self.clock = clock
+        self.wall = wall
+        self.leader_gauge = leader_gauge
+        self.changes = changes
+        self.refused = refused
+        self.listeners: list[tuple[Listener, Listener]] = []
+        self.announce: Callable[[str, str], Coroutine[Any, Any, None]] | None = None
+        self._leading = api is None
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        if leader_gauge is not None:
+            leader_gauge.set(1 if self._leading else 0)
+
+    @property
+    def identity(self) -> str:
+        return self.election.identity
+
+    def on_change(self, started: Listener, stopped: Listener) -> None:
+        self.listeners.append((started, stopped))
+
+    # ------------------------------------------------------------ the fence
+
+    def leading(self) -> bool:
+        if self.api is None:
+            return True
+        return self._leading and self.election.may_write(self.clock())
+
+    def check(self, operation: str) -> None:
+        """Raises NotLeading unless this replica may write now."""
+        if not self.leading():
+            if self.refused is not None:
+                self.refused.labels(operation).inc()
+            raise NotLeading(operation)
+
+    # ------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        """Tries to take or renew the Lease every `retry_seconds` until
+        cancelled."""
+        if self.api is None:
+            return
+        log.info(
+            "leader election: Lease %s/%s as %s (lease %ds, renew deadline %gs, retry %gs)",
+            self.namespace, self.name, self.identity, self.election.timing.lease_seconds,
+            self.election.timing.renew_deadline, self.election.timing.retry_seconds,
+        )  # fmt: skip
+        while True:
+            try:
+                await self.attempt()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("leader election: Lease %s not written: %s", self.name, describe(exc))
+            self._settle()
+            await asyncio.sleep(self.election.timing.retry_seconds)
+
+    async def attempt(self) -> None:
+        """One read (unless this replica holds the Lease and knows its
+        version) and at most one write."""
+        assert self.api is not None
+        election = self.election
+        # Only a leader within its deadline renews blind (with the version it
+        # wrote last); anyone else reads first: a leader that was frozen
+        # finds the Lease taken and writes nothing.
+        if not election.may_write(self.clock()):
+            record = await self._read()
+            election.observe(record, self.clock())
+        if not election.wants(self.clock()):
+            return
+        body = election.body(self.name, self.namespace, self.wall())
+        sent = self.clock()
+        try:
+            if election.observed is None:
+                answer = await call_json(
+                    self.api.create_namespaced_lease, self.namespace, body,
+                    _request_timeout=election.timing.renew_deadline,
+                )  # fmt: skip
+            else:
+                answer = await call_json(
+                    self.api.replace_namespaced_lease, self.name, self.namespace, body,
+                    _request_timeout=election.timing.renew_deadline,
+                )  # fmt: skip
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                # Changed (or gone) since read: read it again next time.
+                election.conflicted()
+                return
+            raise
+        was = election.holder()
+        election.written(Record.from_api(answer), sent)
+        if was and was != self.identity:
+            log.info("leader election: took Lease %s over from %s", self.name, was)
+
+    async def _read(self) -> Record | None:
+        assert self.api is not None
+        try:
+            lease = await call_json(
+                self.api.read_namespaced_lease, self.name, self.namespace,
+                _request_timeout=self.election.timing.renew_deadline,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return Record.from_api(lease)
+
+    async def release(self) -> None:
+        """On a clean stop: stops writing, then hands the Lease back so that
+        a standby takes over at its next try rather than after the lease
+        duration."""
+        if self.api is None:
+            return
+        body = self.election.release_body(self.name, self.namespace, self.wall())
+        was_leading = self.leading()
+        self.election.step_down()
+        self._settle()
+        if body is None or not was_leading:
+            return
+        try:
+            await call_json(
+                self.api.replace_namespaced_lease, self.name, self.namespace, body,
+                _request_timeout=2,
+            )  # fmt: skip
+            log.info("leader election: Lease %s handed back", self.name)
+        except Exception as exc:
+            log.warning(
+                "leader election: Lease %s not handed back (%s); a standby takes over once "
+                "it runs out", self.name, describe(exc),
+            )  # fmt: skip
+
+    # ------------------------------------------------------------ changes
+
+    def _settle(self) -> None:
+        """Tells the listeners if leading changed; arms the deadline timer."""
+        now = self.clock()
+        leading = self.election.may_write(now)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if leading:
+            with contextlib.suppress(RuntimeError):
+                loop = asyncio.get_running_loop()
+                delay = self.election.leading_until - now
+                self._timer = loop.call_later(delay, self._settle)
+        if leading == self._leading:
+            return
+        self._leading = leading
+        if self.leader_gauge is not None:
+            self.leader_gauge.set(1 if leading else 0)
+        if self.changes is not None:
+            self.changes.inc()
+        holder = self.election.holder()
+        if leading:
+            log.warning("leader election: %s leads now (Lease %s/%s)",
+                        self.identity, self.namespace, self.name)  # fmt: skip
+            self._announce("LeaderElected", f"{self.identity} leads: it places and releases")
+        else:
+            log.warning(
+                "leader election: %s stopped leading (holder now %s); it writes nothing "
+                "until it leads again", self.identity, holder or "unknown",
+            )  # fmt: skip
+        for started, stopped in self.listeners:
+            (started if leading else stopped)()
+
+    def _announce(self, reason: str, message: str) -> None:
+        if self.announce is None:
+            return
+        with contextlib.suppress(RuntimeError):
+            task = asyncio.get_running_loop().create_task(self.announce(reason, message))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)

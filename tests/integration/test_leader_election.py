@@ -1,0 +1,230 @@
+"""High availability (issue 35; docs/HELM.md, "High availability"): two
+operator replicas on the real control plane, behind the stand-in for the
+webhook Service (localplane.webhookproxy). One leads (the Lease
+vnpu-operator-leader), the other keeps warm caches and answers the webhook.
+
+- the leader SIGKILLed again and again during a churn: every pod is placed
+  and released, nothing double-booked, leaked or stuck, no pod refused;
+- the leader frozen (SIGSTOP) past its lease: the other takes over, and once
+  resumed the old one writes nothing that lands;
+- one replica alone works as before, and a restarted one takes its own Lease
+  back at once.
+
+The full-size run (10 kills during a 200-pod churn) is `python -m
+bench.failover` (bench/results-failover.json).
+
+Timing here: lease 4 s, renew deadline 3 s, retry 0.5 s (the chart's: 15,
+10, 2), so that a takeover costs seconds of the test, not tens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from bench import load
+from bench.failover import Replicas, audit_allocations, churn_with_kills, election_settings
+from operator_harness import audit_since, delete_vnpu_pods, get_json, purge_foreign
+
+from localplane import LocalPlane, NodeSpec
+from localplane.components import AGENT_NAMESPACE, AgentProcess, vnpu_ids
+from localplane.plane import PlaneError
+from localplane.pods import vnpu_pod
+from localplane.waiting import wait_for
+from vnpu_common import names
+
+pytestmark = pytest.mark.plane
+
+NODES = [NodeSpec(name=f"ha-{i}", chips={"910B3": 2}) for i in range(3)]
+LEASE, DEADLINE, RETRY = 4, 3.0, 0.5
+SETTINGS = election_settings(LEASE, DEADLINE, RETRY)
+TEMPLATE = "vir05_1c_16g"
+
+
+@pytest.fixture(scope="module")
+def agent(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProcess]:
+    workdir = Path(tmp_path_factory.mktemp("leader_election"))
+    if plane.kubectl("get", "namespace", AGENT_NAMESPACE, check=False).returncode != 0:
+        plane.kubectl("create", "namespace", AGENT_NAMESPACE, check=False)
+    plane.add_nodes(NODES)
+    purge_foreign(plane, [n.name for n in NODES])
+    a = AgentProcess(plane, workdir / "agent", [n.name for n in NODES]).start()
+    wait_for(
+        "VNPUNodes published",
+        lambda: all(get_json(plane, "vnpunode", n.name) for n in NODES),
+        timeout=30,
+    )
+    yield a
+    a.kill(signal.SIGTERM)
+    for n in NODES:
+        plane.kubectl("delete", "node", n.name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def replicas(
+    plane: LocalPlane, agent: AgentProcess, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Replicas]:
+    count = getattr(request, "param", 2)
+    r = Replicas(plane, tmp_path, count, SETTINGS)
+    try:
+        r.start()
+        yield r
+        delete_vnpu_pods(plane, timeout=90)
+    finally:
+        r.stop()
+
+
+def create(plane: LocalPlane, namespace: str, name: str) -> None:
+    pod = vnpu_pod(name, namespace, template=TEMPLATE)
+    plane.kubectl("create", "-f", "-", input=yaml.safe_dump(pod))
+
+
+def create_as_a_controller_would(plane: LocalPlane, namespace: str, name: str) -> int:
+    """Creates the pod, again after a webhook call that timed out (as a
+    Deployment's controller would); returns the attempts that failed. The
+    API server keeps its connections open: one to a frozen replica, made
+    before the freeze, hangs until the call's timeout (docs/HELM.md)."""
+    for failed in range(4):
+        try:
+            create(plane, namespace, name)
+            return failed
+        except PlaneError as exc:
+            if "failed calling webhook" not in str(exc):
+                raise
+    raise AssertionError(f"pod {name} refused 4 times")
+
+
+def ungated(plane: LocalPlane, namespace: str, name: str, timeout: float = 30) -> None:
+    def check() -> bool:
+        pod = get_json(plane, "pod", "-n", namespace, name) or {}
+        gates = (pod.get("spec") or {}).get("schedulingGates") or []
+        return bool(pod) and all(g.get("name") != names.SCHEDULING_GATE for g in gates)
+
+    wait_for(f"pod {name} placed", check, timeout=timeout, interval=0.2)
+
+
+def no_vnpus_left(agent: AgentProcess) -> bool:
+    return all(not vnpu_ids(agent.sim(n.name)) for n in NODES)
+
+
+def test_one_leads_the_other_is_warm_and_answers(
+    plane: LocalPlane, replicas: Replicas, namespace: str
+) -> None:
+    leader = replicas.wait_leader()
+    standby = next(o for o in replicas.ops if o is not leader)
+    assert replicas.metric(leader, "vnpu_operator_leader ") == 1
+    assert replicas.metric(standby, "vnpu_operator_leader ") == 0
+    assert standby.ready(), "a standby is Ready once synced: the webhook Service sends it requests"
+    event = wait_for(
+        "a LeaderElected Event on the Lease",
+        lambda: [
+            e
+            for e in (get_json(plane, "events", "-n", AGENT_NAMESPACE) or {}).get("items", [])
+            if e.get("reason") == "LeaderElected" and leader.identity in e.get("message", "")
+        ],
+        timeout=20,
+    )
+    assert event
+    create(plane, namespace, "ha-first")
+    ungated(plane, namespace, "ha-first")
+    # The standby's caches hold what the leader wrote, and it wrote nothing itself.
+    assert replicas.metric(standby, "vnpu_operator_fenced_writes_total") == 0
+    assert "leading: reconciling" not in standby.log_tail(400)
+
+
+def test_leader_killed_during_churn(
+    plane: LocalPlane, agent: AgentProcess, replicas: Replicas, namespace: str
+) -> None:
+    pods = load.mix_pods("ha", 45)
+    for p in pods:
+        p.template, p.count = TEMPLATE, 1
+    result = asyncio.run(
+        churn_with_kills(
+            plane, replicas, namespace, pods,
+            rate=0.5, hold=10.0, kills=3, first_kill_after=4.0, settle_timeout=120,
+            say=print,
+        )
+    )  # fmt: skip
+    summary = result.summary()
+    print(summary)
+    assert len(result.kills) == 3
+    assert result.refusals == [], "no pod may be refused while one replica is Ready"
+    assert result.stuck == []
+    assert all(p.created is not None for p in pods), result.errors
+    # Held longer than a takeover: every pod is placed before it is deleted.
+    assert all(p.ungated is not None for p in pods), "every pod placed"
+    # Each takeover within the lease and a few retries (a cold replica
+    # would relist first; a warm one only waits for the Lease).
+    assert max(result.placements()) < LEASE + 8, summary
+    audit = audit_allocations(plane)
+    assert audit["double_booked"] == []
+    wait_for("no allocation left", lambda: not audit_allocations(plane)["allocations"], timeout=60)
+    wait_for("no vNPU left on any node", lambda: no_vnpus_left(agent), timeout=60)
+
+
+def test_a_frozen_leader_writes_nothing_that_lands(
+    plane: LocalPlane, replicas: Replicas, namespace: str
+) -> None:
+    old = replicas.wait_leader()
+    other = next(o for o in replicas.ops if o is not old)
+    assert old.proc is not None
+    # Work in flight when it freezes: pods it has seen and not finished.
+    for i in range(4):
+        create(plane, namespace, f"ha-before-{i}")
+    old.proc.send_signal(signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    try:
+        replicas.wait_leader(other_than=old, timeout=LEASE + 10)
+        for i in range(4):
+            ungated(plane, namespace, f"ha-before-{i}")
+        timed_out = 0
+        for i in range(3):
+            timed_out += create_as_a_controller_would(plane, namespace, f"ha-during-{i}")
+            ungated(plane, namespace, f"ha-during-{i}")
+        print(f"webhook calls that timed out on a connection to the frozen replica: {timed_out}")
+        # Frozen well past its lease: it believes it still leads.
+        time.sleep(max(0.0, frozen_at + 2 * LEASE - time.monotonic()))
+        offset = plane.audit_log.stat().st_size
+    finally:
+        old.proc.send_signal(signal.SIGCONT)
+    resumed = time.monotonic()
+    # It sees the new pods now, and its own half-done work: none of it is sent.
+    for i in range(3):
+        create(plane, namespace, f"ha-after-{i}")
+        ungated(plane, namespace, f"ha-after-{i}")
+    time.sleep(max(0.0, resumed + 2 * RETRY + 2 - time.monotonic()))
+    tag = f"({old.identity})"
+    tried = [e for e in audit_since(plane, offset) if tag in str(e.get("userAgent", ""))]
+    landed = [e for e in tried if (e.get("responseStatus") or {}).get("code", 0) < 300]
+    assert landed == [], [(e.get("verb"), e.get("requestURI")) for e in landed]
+    # Not even tried: the fence keeps every write unsent, and the Lease is read
+    # (not written) by a replica whose renew deadline has passed.
+    assert tried == [], [(e.get("verb"), e.get("requestURI")) for e in tried]
+    assert replicas.leader() is other
+    assert replicas.metric(old, "vnpu_operator_leader ") == 0
+    assert "stopped leading" in old.log_tail(400)
+    assert audit_allocations(plane)["double_booked"] == []
+
+
+@pytest.mark.parametrize("replicas", [1], indirect=True)
+def test_one_replica_alone(plane: LocalPlane, replicas: Replicas, namespace: str) -> None:
+    (only,) = replicas.ops
+    create(plane, namespace, "solo-0")
+    ungated(plane, namespace, "solo-0")
+    # Its container restarted (same pod name, so the same identity): it
+    # takes its own Lease back once synced, without waiting for it to run out.
+    transitions = (replicas.lease().get("spec") or {}).get("leaseTransitions")
+    only.kill(signal.SIGKILL)
+    killed = time.monotonic()
+    only.start(ready_timeout=60)
+    replicas.wait_served()
+    create(plane, namespace, "solo-1")
+    ungated(plane, namespace, "solo-1")
+    assert (replicas.lease().get("spec") or {}).get("leaseTransitions") == transitions
+    assert replicas.holder() == only.identity
+    print(f"single replica: SIGKILL -> restarted and placing in {time.monotonic() - killed:.1f}s")

@@ -1,0 +1,125 @@
+"""The leader election's rules (vnpu_operator.election): who may take the
+Lease when, and the fence that stops an old leader before anyone else can
+start, with plain numbers for the clocks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vnpu_operator.election import Election, Record, Timing
+
+T = Timing(lease_seconds=15, renew_deadline=10.0, retry_seconds=2.0)
+
+
+def lease(holder: str, version: str, *, transitions: int = 0, duration: int = 15) -> Record:
+    return Record.from_api(
+        {
+            "metadata": {"resourceVersion": version},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": duration,
+                "leaseTransitions": transitions,
+                "acquireTime": "2026-01-01T00:00:00.000000Z",
+            },
+        }
+    )
+
+
+def written(e: Election, body: dict[str, Any], version: str, sent: float) -> None:
+    e.written(Record.from_api({**body, "metadata": {"resourceVersion": version}}), sent)
+
+
+def test_timing_must_stop_before_the_lease_can_be_taken() -> None:
+    with pytest.raises(ValueError, match="renew deadline < lease"):
+        Timing(lease_seconds=10, renew_deadline=10.0, retry_seconds=2.0)
+    with pytest.raises(ValueError, match="retry < renew deadline"):
+        Timing(lease_seconds=15, renew_deadline=2.0, retry_seconds=2.0)
+
+
+def test_no_lease_is_taken_at_once_and_leads_until_the_renew_deadline() -> None:
+    e = Election("a", T)
+    e.observe(None, now=100.0)
+    assert e.wants(100.0)
+    body = e.body("l", "ns", wall=0.0)
+    assert "resourceVersion" not in body["metadata"]  # a create
+    assert body["spec"]["holderIdentity"] == "a"
+    assert body["spec"]["leaseTransitions"] == 0
+    written(e, body, "1", sent=100.0)
+    assert e.may_write(109.9)
+    assert not e.may_write(110.0)  # no renewal came back within the deadline
+
+
+def test_the_deadline_counts_from_the_send_not_the_answer() -> None:
+    e = Election("a", T)
+    e.observe(None, now=0.0)
+    written(e, e.body("l", "ns", wall=0.0), "1", sent=0.0)
+    # The renewal sent at 5 answered at 9: leading until 15, not 19.
+    written(e, e.body("l", "ns", wall=0.0), "2", sent=5.0)
+    assert e.may_write(14.9)
+    assert not e.may_write(15.0)
+
+
+def test_a_held_lease_is_taken_only_after_its_duration_as_this_replica_saw_it() -> None:
+    b = Election("b", T)
+    b.observe(lease("a", "7"), now=50.0)
+    assert not b.wants(64.9)
+    b.observe(lease("a", "7"), now=60.0)  # the same version read again: no renewal
+    assert not b.wants(64.9)
+    assert b.wants(65.0)
+    body = b.body("l", "ns", wall=0.0)
+    assert body["metadata"]["resourceVersion"] == "7"  # the API server's 409 picks one taker
+    assert body["spec"]["leaseTransitions"] == 1
+
+
+def test_a_renewal_seen_restarts_the_count() -> None:
+    b = Election("b", T)
+    b.observe(lease("a", "7"), now=50.0)
+    b.observe(lease("a", "8"), now=60.0)
+    assert not b.wants(74.9)
+    assert b.wants(75.0)
+
+
+def test_an_old_leader_stops_before_a_follower_can_start() -> None:
+    """The leader renews at 0 (sent) and is frozen; the follower reads that
+    renewal no earlier than it was sent, so it can take over at 15 at the
+    soonest, and the leader refused every write from 10 on."""
+    a, b = Election("a", T), Election("b", T)
+    a.observe(None, now=0.0)
+    body = a.body("l", "ns", wall=0.0)
+    written(a, body, "1", sent=0.0)
+    b.observe(lease("a", "1"), now=0.0)
+    first_take = next(t / 10 for t in range(0, 400) if b.wants(t / 10))
+    last_write = max(t / 10 for t in range(0, 400) if a.may_write(t / 10))
+    assert last_write < 10.0 <= first_take - 5.0
+
+
+def test_the_holder_renews_its_own_lease_at_once() -> None:
+    """A restarted container of the same pod (same identity) need not wait."""
+    a = Election("a", T)
+    a.observe(lease("a", "3", transitions=2), now=0.0)
+    assert a.wants(0.0)
+    body = a.body("l", "ns", wall=0.0)
+    assert body["spec"]["leaseTransitions"] == 2
+    assert body["spec"]["acquireTime"] == "2026-01-01T00:00:00.000000Z"
+
+
+def test_seeing_another_holder_ends_leading_at_once() -> None:
+    a = Election("a", T)
+    a.observe(None, now=0.0)
+    written(a, a.body("l", "ns", wall=0.0), "1", sent=0.0)
+    a.observe(lease("b", "2"), now=1.0)
+    assert not a.may_write(1.0)
+
+
+def test_a_released_lease_is_free_and_only_its_holder_releases() -> None:
+    a, b = Election("a", T), Election("b", T)
+    a.observe(None, now=0.0)
+    written(a, a.body("l", "ns", wall=0.0), "1", sent=0.0)
+    assert b.release_body("l", "ns", wall=0.0) is None
+    body = a.release_body("l", "ns", wall=0.0)
+    assert body is not None
+    assert body["spec"]["holderIdentity"] == ""
+    b.observe(Record.from_api({**body, "metadata": {"resourceVersion": "2"}}), now=1.0)
+    assert b.wants(1.0)
