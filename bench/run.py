@@ -222,6 +222,7 @@ async def phases(args: argparse.Namespace, cluster: Cluster, out: dict[str, Any]
     finally:
         if watcher is not None:
             watcher.cancel()
+            logging.getLogger(pauses.__name__).removeHandler(run.own_pauses)
     out["correctness"] = dict(run.correctness)
     await api.close()
 
