@@ -317,7 +317,21 @@ def attribution(run: Run, pods: list[load.PodTimes], off0: int, off1: int) -> di
     for chain in out.values():
         windows = chain.pop("windows")
         chain["overlaps"] = timeline.overlaps(work, windows["all"], windows["slowest"])
+    # Every stamp and every piece of work, for a look of one's own: written
+    # beside --out as <name>.timeline.json (main), not into the results.
+    run.out[TIMELINE_KEY] = steps.raw(pods, run.clock, work)
     return out
+
+
+TIMELINE_KEY = "_timeline"
+
+
+def write_results(path: Path, out: dict[str, Any]) -> None:
+    """The results as JSON at `path`, the raw timeline beside it."""
+    raw = out.pop(TIMELINE_KEY, None)
+    path.write_text(json.dumps(out, indent=2, default=str))
+    if raw is not None:
+        path.with_name(f"{path.stem}.timeline.json").write_text(json.dumps(raw, default=str))
 
 
 def print_attribution(r: dict[str, Any]) -> None:
@@ -810,7 +824,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = measure(args)
     if args.out:
-        args.out.write_text(json.dumps(out, indent=2, default=str))
+        write_results(args.out, out)
+    out.pop(TIMELINE_KEY, None)
     report.print_table(out, lambda: print_attribution(out))
     bad = {k: v for k, v in out["correctness"].items() if v}
     if bad:

@@ -168,6 +168,36 @@ def attribute(chain: Chain, pods: Sequence[PodTimes], clock: AllocationClock) ->
     }
 
 
+_POD_STAMPS = (
+    "create_sent", "created", "seen", "pinned", "ungated", "scheduled", "running",
+    "delete_sent", "delete_called", "terminating", "stopped", "unfinalized", "gone",
+)  # fmt: skip
+
+
+def raw(pods: Sequence[PodTimes], clock: AllocationClock, work: Sequence[Any]) -> dict[str, Any]:
+    """Every pod's stamps and its allocations', and the periodic work
+    (`timeline.Work`), in seconds from the first pod's creation."""
+    t0 = min((p.created for p in pods if p.created is not None), default=0.0)
+
+    def rel(t: float | None) -> float | None:
+        return None if t is None else round(t - t0, 4)
+
+    out_pods = {}
+    for p in pods:
+        stamps: dict[str, Any] = {k: rel(getattr(p, k)) for k in _POD_STAMPS}
+        stamps["allocations"] = {
+            what: {name: rel(t) for name, t in table.get(p.uid, {}).items()}
+            for what, table in (("created", clock.created), ("ready", clock.ready),
+                                ("deleting", clock.deleting), ("gone", clock.gone))
+        }  # fmt: skip
+        out_pods[p.name] = stamps
+    return {
+        "zero": "the first churn pod's creation",
+        "pods": out_pods,
+        "work": [[w.kind, rel(w.start), rel(w.end)] for w in sorted(work, key=lambda w: w.start)],
+    }
+
+
 def attribution(pods: Sequence[PodTimes], clock: AllocationClock) -> dict[str, Any]:
     return {c.name: attribute(c, pods, clock) | {"fallbacks": clock.fallbacks} for c in CHAINS}
 

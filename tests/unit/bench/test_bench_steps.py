@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from bench.allocclock import AllocationClock
 from bench.load import PodTimes, steps
-from bench.steps import CREATE, DELETE, attribute, slowest
+from bench.steps import CREATE, DELETE, attribute, raw, slowest
 from bench.timeline import (
     SETTLED,
     Work,
@@ -174,3 +174,12 @@ def test_a_vnpunode_write_the_settle_interval_put_off_is_told_apart() -> None:
     events = [write("a", 1), write("b", 2), write("a", 31), write("b", 10)]
     kinds = [w.kind for w in from_audit(events, offset=0.0, settle=30.0)]
     assert kinds == ["agents: VNPUNode write"] * 2 + ["agents: VNPUNode write"] + [SETTLED]
+
+
+def test_the_raw_timeline_counts_from_the_first_creation() -> None:
+    pod, clock = placed("u", 10.0, 10.1, 10.5, 10.6)
+    r = raw([pod], clock, [Work("gc", 11.0, 11.5)])
+    assert r["pods"]["p"]["created"] == 0.0
+    assert r["pods"]["p"]["ungated"] == 0.6
+    assert r["pods"]["p"]["allocations"]["ready"] == {"a": 0.5}
+    assert r["work"] == [["gc", 1.0, 1.5]]
