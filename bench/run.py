@@ -318,20 +318,22 @@ def attribution(run: Run, pods: list[load.PodTimes], off0: int, off1: int) -> di
         windows = chain.pop("windows")
         chain["overlaps"] = timeline.overlaps(work, windows["all"], windows["slowest"])
     # Every stamp and every piece of work, for a look of one's own: written
-    # beside --out as <name>.timeline.json (main), not into the results.
-    run.out[TIMELINE_KEY] = steps.raw(pods, run.clock, work)
+    # to --timeline-out (main), not into the results.
+    if run.args.timeline_out:
+        run.out[TIMELINE_KEY] = steps.raw(pods, run.clock, work)
     return out
 
 
 TIMELINE_KEY = "_timeline"
 
 
-def write_results(path: Path, out: dict[str, Any]) -> None:
-    """The results as JSON at `path`, the raw timeline beside it."""
+def write_results(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """The results as JSON at --out, the raw timeline at --timeline-out."""
     raw = out.pop(TIMELINE_KEY, None)
-    path.write_text(json.dumps(out, indent=2, default=str))
-    if raw is not None:
-        path.with_name(f"{path.stem}.timeline.json").write_text(json.dumps(raw, default=str))
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2, default=str))
+    if raw is not None and args.timeline_out:
+        args.timeline_out.write_text(json.dumps(raw, default=str))
 
 
 def print_attribution(r: dict[str, Any]) -> None:
@@ -678,6 +680,13 @@ def add_attribution_args(p: argparse.ArgumentParser) -> None:
         help="the components (and the benchmark) log event-loop and GC pauses at least this "
         "long (VNPU_DEBUG_PAUSES_MS); 0: off",
     )
+    p.add_argument(
+        "--timeline-out",
+        type=Path,
+        default=None,
+        help="write every churn pod's stamps and the periodic work here as JSON "
+        "(seconds from the first creation)",
+    )
     p.add_argument("--scale-only", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -823,9 +832,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = measure(args)
-    if args.out:
-        write_results(args.out, out)
-    out.pop(TIMELINE_KEY, None)
+    write_results(args, out)
     report.print_table(out, lambda: print_attribution(out))
     bad = {k: v for k, v in out["correctness"].items() if v}
     if bad:
