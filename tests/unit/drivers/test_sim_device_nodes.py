@@ -79,7 +79,7 @@ def test_without_a_device_dir_no_node_is_made(tmp_path: Path) -> None:
 
 
 def test_the_setting_serves_one_sim_node_only(tmp_path: Path) -> None:
-    ok = AgentSettings(node_name="n1", sim_device_dir=tmp_path)
+    ok = AgentSettings(node_name="n1", driver="sim", sim_device_dir=tmp_path)
     assert ok.sim_device_dir == tmp_path
     with pytest.raises(ValueError, match="exactly one node"):
         AgentSettings(simulate_nodes=["n1", "n2"], sim_device_dir=tmp_path)
