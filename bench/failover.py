@@ -44,6 +44,7 @@ from localplane.waiting import wait_for
 from localplane.webhookproxy import Backend, WebhookProxy
 from vnpu_common import names
 from vnpu_common.rawcall import call_json
+from vnpu_operator.leases import parse_time
 
 LEASE = "vnpu-operator-leader"
 
@@ -154,13 +155,14 @@ class Replicas:
 class Kill:
     killed: str
     at: float  # monotonic
-    took_over: float | None = None  # the other replica holds the Lease
-    placed: float | None = None  # the next pod ungated after the kill
+    wall: float = field(default_factory=time.time)
+    took_over: float | None = None  # seconds from the kill to the Lease's new acquireTime
+    placed: float | None = None  # the next pod ungated after the kill (monotonic)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "killed": self.killed,
-            "takeover_s": None if self.took_over is None else round(self.took_over - self.at, 2),
+            "takeover_s": None if self.took_over is None else round(self.took_over, 2),
             "next_placement_s": None if self.placed is None else round(self.placed - self.at, 2),
         }
 
@@ -173,12 +175,21 @@ class ChurnResult:
     refusals: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
 
+    def other_errors(self) -> list[str]:
+        refused = {e.split(":")[0].removeprefix("create ") for e in self.refusals}
+        return [
+            e
+            for e in self.errors
+            if e not in self.refusals
+            and not (e.startswith("delete ") and e.split(":")[0].removeprefix("delete ") in refused)
+        ]
+
     def placements(self) -> list[float]:
         return [k.placed - k.at for k in self.kills if k.placed is not None]
 
     def summary(self) -> dict[str, Any]:
         placed = sorted(self.placements())
-        took = sorted(k.took_over - k.at for k in self.kills if k.took_over is not None)
+        took = sorted(k.took_over for k in self.kills if k.took_over is not None)
         return {
             "kills": len(self.kills),
             "pods": len(self.pods),
@@ -191,7 +202,8 @@ class ChurnResult:
                 "max": round(max(took), 2) if took else None,
             },
             "webhook_refusals": len(self.refusals),
-            "other_errors": len(self.errors) - len(self.refusals),
+            # A refused pod's delete answers 404: not an error of its own.
+            "other_errors": len(self.other_errors()),
             "stuck": len(self.stuck),
             "each_kill": [k.to_json() for k in self.kills],
         }
@@ -214,12 +226,14 @@ async def churn_with_kills(
     kills: int,
     first_kill_after: float,
     settle_timeout: float = 180,
+    sig: int = signal.SIGKILL,
     say: Callable[[str], None] = lambda _: None,
 ) -> ChurnResult:
     """Creates `pods` at `rate`/s, each deleted `hold` s after its creation,
-    and meanwhile SIGKILLs the leader `kills` times: the first
+    and meanwhile kills the leader with `sig` `kills` times: the first
     `first_kill_after` s into the churn, each next once the previous
-    takeover placed a pod and the killed replica is back as the standby."""
+    takeover placed a pod and the killed replica is back as the standby
+    (SIGTERM: a rollout's or a drain's stop, the Lease handed back)."""
     api = await load.api_client(plane.kubeconfig, load.BENCH_UA, 16)
     try:
         core = client.CoreV1Api(api)
@@ -233,7 +247,7 @@ async def churn_with_kills(
         for n in range(kills):
             if churn.done():
                 break
-            kill = await asyncio.to_thread(_kill_leader, replicas)
+            kill = await asyncio.to_thread(_kill_leader, replicas, sig)
             done.append(kill)
             kill.placed = await _next_placement(tracker, pods, kill.at, timeout=60)
             kill.took_over = await asyncio.to_thread(_back_as_standby, replicas, kill)
@@ -248,10 +262,10 @@ async def churn_with_kills(
         await api.close()
 
 
-def _kill_leader(replicas: Replicas) -> Kill:
+def _kill_leader(replicas: Replicas, sig: int = signal.SIGKILL) -> Kill:
     leader = replicas.wait_leader()
     kill = Kill(leader.identity, time.monotonic())
-    leader.kill(signal.SIGKILL)
+    leader.kill(sig)
     return kill
 
 
@@ -274,13 +288,14 @@ async def _next_placement(
 
 
 def _back_as_standby(replicas: Replicas, kill: Kill) -> float | None:
-    """Waits for the takeover (returns its monotonic time, as seen polling
-    the Lease), then starts the killed replica again."""
+    """Waits for the takeover (returns the seconds from the kill to the
+    Lease's new acquireTime), then starts the killed replica again."""
     dead = next(o for o in replicas.ops if o.identity == kill.killed)
     took = None
     with contextlib.suppress(AssertionError):
         replicas.wait_leader(other_than=dead, timeout=60)
-        took = time.monotonic()
+        acquired = parse_time((replicas.lease().get("spec") or {}).get("acquireTime"))
+        took = None if acquired is None else acquired - kill.wall
     dead.start(ready_timeout=replicas.ready_timeout)
     replicas.wait_served()
     return took

@@ -153,9 +153,15 @@ def test_leader_killed_during_churn(
     summary = result.summary()
     print(summary)
     assert len(result.kills) == 3
-    assert result.refusals == [], "no pod may be refused while one replica is Ready"
+    # The standby answers throughout; what a SIGKILL can still fail is a webhook
+    # call in flight on the killed replica's connection at that instant (the API
+    # server does not retry a POST on a broken connection): at most one per kill,
+    # usually none (docs/HELM.md, "High availability").
+    assert len(result.refusals) <= len(result.kills), result.refusals
+    assert result.other_errors() == []
     assert result.stuck == []
-    assert all(p.created is not None for p in pods), result.errors
+    refused = {e.split(":")[0].removeprefix("create ") for e in result.refusals}
+    pods = [p for p in pods if p.name not in refused]
     # Held longer than a takeover: every pod is placed before it is deleted.
     assert all(p.ungated is not None for p in pods), "every pod placed"
     # Each takeover within the lease and a few retries (a cold replica
@@ -165,6 +171,33 @@ def test_leader_killed_during_churn(
     assert audit["double_booked"] == []
     wait_for("no allocation left", lambda: not audit_allocations(plane)["allocations"], timeout=60)
     wait_for("no vNPU left on any node", lambda: no_vnpus_left(agent), timeout=60)
+
+
+def test_rolling_restart_during_churn(
+    plane: LocalPlane, agent: AgentProcess, replicas: Replicas, namespace: str
+) -> None:
+    """What a rollout or a drain does to each replica in turn (SIGTERM; the
+    chart's preStop aside): the leader hands the Lease back as it stops, the
+    standby takes it at its next try instead of after the lease."""
+    pods = load.mix_pods("roll", 24)
+    for p in pods:
+        p.template, p.count = TEMPLATE, 1
+    result = asyncio.run(
+        churn_with_kills(
+            plane, replicas, namespace, pods,
+            rate=0.5, hold=10.0, kills=2, first_kill_after=4.0, settle_timeout=120,
+            sig=signal.SIGTERM, say=print,
+        )
+    )  # fmt: skip
+    summary = result.summary()
+    print(summary)
+    assert len(result.kills) == 2
+    assert result.refusals == []
+    assert result.stuck == []
+    assert all(p.ungated is not None for p in pods), "every pod placed"
+    # Handed over: within a retry or two, not the lease.
+    assert all(k.took_over is not None and k.took_over < LEASE for k in result.kills), summary
+    assert audit_allocations(plane)["double_booked"] == []
 
 
 def test_a_frozen_leader_writes_nothing_that_lands(
