@@ -287,7 +287,7 @@ def test_every_alert_queries_series_the_run_exports(
         "VNPUOperatorAbsent", "VNPUWebhookFailing", "VNPUWebhookCertificateExpiring",
         "VNPUPodWaitingTooLong", "VNPUAllocationFailures", "VNPUNodeAgentNotLive",
         "VNPUOrphansLingering", "VNPUChipUnhealthy", "VNPUAllocationLatencyHigh",
-        "VNPUOperatorAPIErrors",
+        "VNPUOperatorAPIErrors", "VNPUOperatorNoLeader",
     }  # fmt: skip
     problems = unknown_series(exprs, exported)
     assert problems == [], "\n".join(problems)
