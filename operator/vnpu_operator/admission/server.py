@@ -249,7 +249,9 @@ class WebhookServer:
                 if exc.status == 404:
                     continue  # deleted in between: create it again
                 raise
-            update = merge_ca_bundles(keep_ca_bundles(body, existing), existing, _merge_cas)
+            # Ours joins the CAs registered (other replicas' own); a body without one
+            # keeps the one injected.
+            update = keep_ca_bundles(merge_ca_bundles(body, existing, _merge_cas), existing)
             version = existing["metadata"]["resourceVersion"]
             update["metadata"] = {**body["metadata"], "resourceVersion": version}
             try:

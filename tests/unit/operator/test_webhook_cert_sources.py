@@ -5,12 +5,14 @@ files are bad), the CA bundle handed over, and an injected caBundle kept."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import ipaddress
 import ssl
 from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 
 from vnpu_common import certs
 from vnpu_operator.admission import ServiceRef, mutating_webhook_configuration
@@ -24,9 +26,9 @@ from vnpu_operator.admission.certs import (
     handover,
     load,
 )
-from vnpu_operator.admission.configurations import keep_ca_bundles
+from vnpu_operator.admission.configurations import keep_ca_bundles, merge_ca_bundles
 from vnpu_operator.admission.quotas import QuotaBook
-from vnpu_operator.admission.server import WebhookServer
+from vnpu_operator.admission.server import MAX_CAS, WebhookServer
 from vnpu_operator.config import parse_args
 
 T0 = 1_800_000_000.0
@@ -268,3 +270,38 @@ def test_bad_certificate_settings_exit_naming_the_setting(
     with pytest.raises(SystemExit):
         parse_args(argv)
     assert needle in capsys.readouterr().err
+
+
+def test_each_replica_registers_its_own_ca_beside_the_others() -> None:
+    """Operator-made certificates with two replicas (issue 35): each has its own CA;
+    registering puts its own first and keeps the others' still-valid CAs, at most
+    `limit`, so the API server trusts every live replica."""
+    clock = Clock()
+    a, b, c = (self_signed(clock).current().ca_bundle for _ in range(3))
+    assert a
+    assert b
+    assert c
+    both = handover(b, a, clock.now, limit=MAX_CAS)
+    assert covers(both, a)
+    assert covers(both, b)
+    assert bundle(both)[0].fingerprint(hashes.SHA256()) == bundle(b)[0].fingerprint(hashes.SHA256())
+    capped = handover(c, both, clock.now, limit=2)
+    assert covers(capped, c)
+    assert covers(capped, b)
+    assert not covers(capped, a)
+
+    target = "https://127.0.0.1:9443"
+    existing = mutating_webhook_configuration(target, both)
+    ours = mutating_webhook_configuration(target, c)
+    merged = merge_ca_bundles(ours, existing, lambda o, t: handover(o, t, clock.now))
+    pem = base64.b64decode(merged["webhooks"][0]["clientConfig"]["caBundle"])
+    assert covers(pem, a)
+    assert covers(pem, b)
+    assert covers(pem, c)
+    # A body without a CA (cert-manager injects it) is not merged: it keeps the injected one.
+    plain = mutating_webhook_configuration(target, None)
+    kept = keep_ca_bundles(merge_ca_bundles(plain, existing, lambda o, t: o), existing)
+    assert (
+        kept["webhooks"][0]["clientConfig"]["caBundle"]
+        == (existing["webhooks"][0]["clientConfig"]["caBundle"])
+    )
