@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,3 +145,16 @@ def check_devices(plane: LocalPlane, namespace: str, pod: dict[str, Any]) -> lis
     assert f"env={shown}" in init_log.splitlines()
     assert davinci(init_log) == wanted
     return ids
+
+
+# The Ascend control devices every vNPU container gets beside its vNPU, made in
+# the node's device dir as character devices of fixed numbers.
+CONTROL_DEVICES = {"davinci_manager": (1, 5), "devmm_svm": (1, 7), "hisi_hdc": (1, 9)}
+
+
+def make_control_devices(real_node: RealNode) -> None:
+    dev = real_node.device_dir
+    dev.mkdir(parents=True, exist_ok=True)
+    for name, numbers in CONTROL_DEVICES.items():
+        (dev / name).unlink(missing_ok=True)
+        os.mknod(dev / name, stat.S_IFCHR | 0o666, os.makedev(*numbers))

@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from dra_harness import claim_pod, claim_template, device_class
 from operator_harness import Stack, StackOf, get_json
 
 from localplane import LocalPlane, NodeSpec
@@ -33,57 +34,6 @@ def stack(stack_of: StackOf, plane: LocalPlane) -> Stack:
     return stack_of(
         [NodeSpec(name=n, chips={"910B3": 1}) for n in NODES], agent_extra=["--dra", "true"]
     )
-
-
-def device_class() -> dict[str, Any]:
-    """What the chart installs (templates/deviceclass.yaml)."""
-    return {
-        "apiVersion": names.RESOURCE_API,
-        "kind": "DeviceClass",
-        "metadata": {"name": names.DRA_DEVICE_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{names.DRA_DRIVER}"'}}]},
-    }
-
-
-def claim_template(namespace: str, name: str, template: str, count: int = 1) -> dict[str, Any]:
-    selector = f'device.attributes["{names.DRA_DRIVER}"].{names.DRA_ATTR_TEMPLATE} == "{template}"'
-    return {
-        "apiVersion": names.RESOURCE_API,
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "npu",
-                            "exactly": {
-                                "deviceClassName": names.DRA_DEVICE_CLASS,
-                                "count": count,
-                                "selectors": [{"cel": {"expression": selector}}],
-                            },
-                        }
-                    ]
-                }
-            }
-        },
-    }
-
-
-def claim_pod(namespace: str, name: str, template_claim: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "containers": [
-                {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "npu"}]}}
-            ],
-            "resourceClaims": [{"name": "npu", "resourceClaimTemplateName": template_claim}],
-            "tolerations": [{"operator": "Exists"}],
-            "nodeSelector": {"type": "kwok"},
-        },
-    }
 
 
 def pod_claim(plane: LocalPlane, namespace: str, pod: str) -> dict[str, Any] | None:

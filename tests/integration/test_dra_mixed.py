@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dra_harness import claim_pod, claim_template, device_class
 from operator_harness import Stack, StackOf, get_json
-from test_dra_claims import claim_pod, claim_template, device_class, node_vnpus
+from test_dra_claims import node_vnpus
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AgentProcess

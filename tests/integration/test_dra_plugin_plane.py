@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import pytest
 import yaml
+from dra_harness import resource_claim
 from kubernetes_asyncio import config
 
 from localplane import LocalPlane
@@ -40,25 +41,10 @@ DEVICE = "npu-0-vir05-1c-16g-0"
 OTHER = "npu-0-vir05-1c-16g-1"
 
 
-def _claim(namespace: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": names.RESOURCE_API,
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {"name": "npu", "exactly": {"deviceClassName": names.DRA_DEVICE_CLASS}}
-                ]
-            }
-        },
-    }
-
-
 def _allocate(plane: LocalPlane, namespace: str, name: str, device: str) -> str:
     """Creates the claim and writes its allocation as the scheduler would;
     returns its UID."""
-    plane.apply(_claim(namespace, name))
+    plane.apply(resource_claim(namespace, name))
     status = {
         "status": {
             "allocation": {

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from agent_harness import allocation, create, phase
 from operator_harness import purge_foreign
+from realnode_harness import make_control_devices
 
 from localplane.components import AGENT_NAMESPACE, AgentProcess
 from localplane.plane import LocalPlane
@@ -43,7 +44,6 @@ pytestmark = [pytest.mark.plane, pytest.mark.realnode]
 # Stand-ins for the Ascend control devices: harmless character devices
 # (/dev/zero, /dev/full, /dev/urandom) with numbers of their own, so that a
 # container seeing the right numbers saw the right node.
-CONTROL_DEVICES = {"davinci_manager": (1, 5), "devmm_svm": (1, 7), "hisi_hdc": (1, 9)}
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +55,8 @@ def cdi_agent(
     dir, naming host paths in that device dir."""
     if plane.kubectl("get", "namespace", AGENT_NAMESPACE, check=False).returncode != 0:
         plane.kubectl("create", "namespace", AGENT_NAMESPACE)
+    make_control_devices(real_node)
     dev = real_node.device_dir
-    dev.mkdir(parents=True, exist_ok=True)
-    for name, numbers in CONTROL_DEVICES.items():
-        (dev / name).unlink(missing_ok=True)
-        os.mknod(dev / name, stat.S_IFCHR | 0o666, os.makedev(*numbers))
     purge_foreign(plane, [real_node.name])
     agent = AgentProcess(
         plane,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +24,9 @@ from typing import Any
 
 import pytest
 from agent_harness import allocation, create, get_alloc, phase
+from dra_harness import claim_template, device_class, resource_claim
 from operator_harness import purge_foreign
-from realnode_harness import exec_in, running
+from realnode_harness import exec_in, make_control_devices, running
 
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess, flags, free_port
 from localplane.plane import LocalPlane
@@ -37,7 +37,6 @@ from vnpu_common import names
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]
 
-CONTROL_DEVICES = {"davinci_manager": (1, 5), "devmm_svm": (1, 7), "hisi_hdc": (1, 9)}
 TEMPLATE = "vir05_1c_16g"
 DEVICE = names.dra_device_name(0, TEMPLATE, 0)
 VNPU_ID = 105
@@ -73,11 +72,8 @@ def dra_agent(
 ) -> Iterator[AgentProcess]:
     if plane.kubectl("get", "namespace", AGENT_NAMESPACE, check=False).returncode != 0:
         plane.kubectl("create", "namespace", AGENT_NAMESPACE)
+    make_control_devices(real_node)
     dev = real_node.device_dir
-    dev.mkdir(parents=True, exist_ok=True)
-    for name, numbers in CONTROL_DEVICES.items():
-        (dev / name).unlink(missing_ok=True)
-        os.mknod(dev / name, stat.S_IFCHR | 0o666, os.makedev(*numbers))
     purge_foreign(plane, [real_node.name])
     agent = OwnNodeAgent(
         plane,
@@ -122,21 +118,6 @@ def dra_agent(
             )  # fmt: skip
 
 
-def _claim(namespace: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": names.RESOURCE_API,
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {"name": "npu", "exactly": {"deviceClassName": names.DRA_DEVICE_CLASS}}
-                ]
-            }
-        },
-    }
-
-
 def _pod(node: RealNode, namespace: str, claim: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -168,7 +149,7 @@ def test_the_kubelet_prepares_a_claim_and_containerd_injects_the_vnpu(
     plane: LocalPlane, real_node: RealNode, dra_agent: AgentProcess, namespace: str
 ) -> None:
     kubectl = plane.kubectl
-    kubectl("apply", "--server-side", "-f", "-", input=json.dumps(_claim(namespace, "npu")))
+    kubectl("apply", "--server-side", "-f", "-", input=json.dumps(resource_claim(namespace, "npu")))
     claim = _json(plane, "get", "resourceclaims.resource.k8s.io", "npu", "-n", namespace)
     uid = claim["metadata"]["uid"]
 
@@ -253,8 +234,6 @@ def test_scheduler_operator_agent_and_kubelet_together_give_each_pod_its_own_vnp
     vNPU, the binding condition lets the pod bind, the kubelet prepares the
     claim through the plugin and containerd injects the device. Two pods each
     see their own vNPU and not the other's; a plain pod sees none."""
-    from test_dra_claims import claim_template, device_class
-
     plane.apply(device_class())
     plane.apply(claim_template(namespace, "small", TEMPLATE))
     operator = OperatorProcess(plane, tmp_path / "operator")
