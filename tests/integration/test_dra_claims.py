@@ -10,6 +10,7 @@ agent with --dra: each chip offers 4 x vir05_1c_16g or 2 x vir10_3c_32g.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from typing import Any
@@ -169,38 +170,57 @@ def test_devices_are_never_shared_and_a_freed_one_goes_to_the_next_pod(
 def test_a_failed_create_gives_the_claim_back_to_the_scheduler(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    """dra-a's driver refuses every create: the claim's device there fails its
-    binding with the agent's message, the scheduler deallocates the claim and
-    the pod ends up on dra-b."""
-    stack.agent.sim("dra-a").inject_failure(
-        "create", -8005, times=1000, message="no room, says dcmi"
-    )
+    """dra-b's chip is cordoned (its devices tainted), so the scheduler must try
+    dra-a, whose driver refuses every create: the device fails its binding with
+    the agent's message, the pod stays unbound and nothing is left on dra-a.
+    Once dra-b is uncordoned the claim, given back, lands there."""
+
+    def cordon(node: str, chips: list[dict[str, Any]]) -> None:
+        patch = json.dumps({"spec": {"cordonedChips": chips}})
+        plane.kubectl("patch", "vnpunode", node, "--type=merge", "-p", patch)
+
+    def tainted(node: str) -> bool:
+        slices = get_json(plane, "resourceslices", "--field-selector", f"spec.nodeName={node}")
+        return any(
+            d.get("taints")
+            for sl in (slices or {}).get("items", [])
+            for d in sl["spec"].get("devices") or []
+        )
+
+    def on(node: str) -> list[dict[str, Any]]:
+        items = (get_json(plane, "vnpuallocations", "-n", namespace) or {}).get("items", [])
+        return [a for a in items if a["spec"]["nodeName"] == node]
+
+    cordon("dra-b", [{"chip": 0, "reason": "test: only dra-a is open"}])
+    wait_for("dra-b's devices tainted", lambda: tainted("dra-b"))
+    sim_a = stack.agent.sim("dra-a")
+    sim_a.inject_failure("create", -8005, times=1000, message="no room, says dcmi")
     try:
         plane.apply(claim_template(namespace, "big", "vir10_3c_32g"))
-        plane.apply({**claim_pod(namespace, "stubborn", "big"),
-                     "metadata": {"name": "stubborn", "namespace": namespace}})  # fmt: skip
-        # Whichever node the scheduler tries first, the pod binds on dra-b.
+        plane.apply(claim_pod(namespace, "stubborn", "big"))
+
+        def told() -> bool:
+            events = plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+            return "no room, says dcmi" in events
+
+        wait_for("the agent's failure told", told, timeout=60)
+        time.sleep(2)
+        assert bound_node(plane, namespace, "stubborn") is None
+        cordon("dra-b", [])
         node = wait_for("pod bound", lambda: bound_node(plane, namespace, "stubborn"), timeout=120)
         assert node == "dra-b"
-        events = plane.kubectl("get", "events", "-n", namespace, "-o", "yaml").stdout
-        failed_on_a = "no room, says dcmi" in events
         claim = pod_claim(plane, namespace, "stubborn")
         assert claim is not None
-        (alloc,) = claim_allocations(plane, namespace, claim["metadata"]["uid"])
+        uid = claim["metadata"]["uid"]
+        # The claim keeps its UID across the reallocation: its allocation on
+        # dra-a goes, the one on dra-b stays, and it alone.
+        wait_for("nothing left on dra-a", lambda: not on("dra-a"), timeout=60)
+        (alloc,) = claim_allocations(plane, namespace, uid)
         assert alloc["spec"]["nodeName"] == "dra-b"
-        # The failed allocation on dra-a (if the scheduler tried there) is gone.
-        leftovers = [
-            a
-            for a in (get_json(plane, "vnpuallocations", "-n", namespace) or {}).get("items", [])
-            if a["spec"]["nodeName"] == "dra-a"
-        ]
-        wait_for("nothing left on dra-a", lambda: not leftovers or not [
-            a for a in (get_json(plane, "vnpuallocations", "-n", namespace) or {}).get("items", [])
-            if a["spec"]["nodeName"] == "dra-a"
-        ], timeout=60)  # fmt: skip
-        print(f"scheduler tried dra-a first: {failed_on_a}")
+        assert alloc["status"]["phase"] == names.PHASE_READY
     finally:
-        stack.agent.sim("dra-a").clear_faults()
+        sim_a.clear_faults()
+        cordon("dra-b", [])
         plane.kubectl("delete", "pod", "-n", namespace, "stubborn", "--wait=false", check=False)
 
 
