@@ -199,11 +199,13 @@ def test_a_failed_create_gives_the_claim_back_to_the_scheduler(
         plane.apply(claim_template(namespace, "big", "vir10_3c_32g"))
         plane.apply(claim_pod(namespace, "stubborn", "big"))
 
-        def told() -> bool:
-            events = plane.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
-            return "no room, says dcmi" in events
+        def failed_on_a() -> bool:
+            # The operator counts each allocation its agent reported Failed.
+            return 'vnpu_operator_allocation_failures_total{node="dra-a"}' in (
+                stack.operator.metrics()
+            )
 
-        wait_for("the agent's failure told", told, timeout=60)
+        wait_for("an allocation on dra-a Failed", failed_on_a, timeout=60)
         time.sleep(2)
         assert bound_node(plane, namespace, "stubborn") is None
         cordon("dra-b", [])
