@@ -301,10 +301,12 @@ def _back_as_standby(replicas: Replicas, kill: Kill) -> float | None:
     return took
 
 
-def audit_allocations(plane: LocalPlane) -> dict[str, list[str]]:
+def audit_allocations(plane: LocalPlane, namespace: str | None = None) -> dict[str, list[str]]:
     """Allocations that share a vNPU (node, chip, id) with another one:
-    double-booked; every allocation left: leaked once every pod is gone."""
-    items = (plane.get_json("vnpuallocations", "-A") or {}).get("items", [])
+    double-booked; every allocation left: leaked once every pod is gone.
+    `namespace`: only that namespace's (a test on a shared plane), else all."""
+    where = ["-n", namespace] if namespace else ["-A"]
+    items = (plane.get_json("vnpuallocations", *where) or {}).get("items", [])
     seen: Counter[tuple[str, int, int]] = Counter()
     for a in items:
         spec = a.get("spec") or {}

@@ -30,10 +30,30 @@ def node(plane: LocalPlane) -> str:
 
 
 @pytest.fixture
-def agent(plane: LocalPlane, node: str, tmp_path: Path) -> Iterator[AgentProcess]:
+def agent(plane: LocalPlane, node: str, namespace: str, tmp_path: Path) -> Iterator[AgentProcess]:
     proc = AgentProcess(plane, tmp_path, [node]).start()
     yield proc
-    proc.kill(signal.SIGTERM)
+    try:
+        # The test's allocations go while the agent still runs (it destroys their
+        # vNPUs and removes their finalizers); those of nodes nobody serves lose
+        # their finalizer by hand. Left behind, they would stay on the shared plane
+        # for later modules (a chart's uninstall hook counts every allocation).
+        plane.kubectl("delete", names.ALLOCATION_PLURAL, "--all", "-n", namespace,
+                      "--wait=false", check=False)  # fmt: skip
+        try:
+            wait_for("the test's allocations gone", lambda: not _allocations(plane, namespace), 20)
+        except AssertionError:
+            for name in _allocations(plane, namespace):
+                plane.kubectl("patch", names.ALLOCATION_PLURAL, name, "-n", namespace,
+                              "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                              check=False)  # fmt: skip
+    finally:
+        proc.kill(signal.SIGTERM)
+
+
+def _allocations(plane: LocalPlane, namespace: str) -> list[str]:
+    got = plane.get_json(names.ALLOCATION_PLURAL, "-n", namespace) or {}
+    return [a["metadata"]["name"] for a in got.get("items", [])]
 
 
 def _ready(plane: LocalPlane, ns: str, name: str) -> bool:

@@ -716,6 +716,19 @@ def _uninstall_running_the_hook(
 def test_uninstall_refuses_while_allocations_exist_then_clears_the_nodes(
     plane: LocalPlane, release: str, tmp_path: Path
 ) -> None:
+    # The hook counts every VNPUAllocation of the cluster: earlier modules on this
+    # shared plane may have left some whose agents are gone. Cleared first, so the
+    # refusal below is about this test's allocation alone.
+    for left in (get_json(plane, names.ALLOCATION_PLURAL, "-A") or {}).get("items", []):
+        where = ["-n", left["metadata"]["namespace"], names.ALLOCATION_PLURAL,
+                 left["metadata"]["name"]]  # fmt: skip
+        plane.kubectl("patch", *where, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                      check=False)  # fmt: skip
+        plane.kubectl("delete", *where, "--wait=false", check=False)
+    wait_for(
+        "no VNPUAllocation left",
+        lambda: not (get_json(plane, names.ALLOCATION_PLURAL, "-A") or {}).get("items"),
+    )
     # The release's pods where no kwok node is (kwok would complete the hook's Job itself).
     helm(plane, "upgrade", release, str(CHART), "-n", NAMESPACE, "--reuse-values",
          "--set-string", "operator.nodeSelector.vnpu-test/no-such-node=true")  # fmt: skip

@@ -167,9 +167,13 @@ def test_leader_killed_during_churn(
     # Each takeover within the lease and a few retries (a cold replica
     # would relist first; a warm one only waits for the Lease).
     assert max(result.placements()) < LEASE + 8, summary
-    audit = audit_allocations(plane)
+    audit = audit_allocations(plane, namespace)
     assert audit["double_booked"] == []
-    wait_for("no allocation left", lambda: not audit_allocations(plane)["allocations"], timeout=60)
+    wait_for(
+        "no allocation left",
+        lambda: not audit_allocations(plane, namespace)["allocations"],
+        timeout=60,
+    )
     wait_for("no vNPU left on any node", lambda: no_vnpus_left(agent), timeout=60)
 
 
@@ -197,7 +201,7 @@ def test_rolling_restart_during_churn(
     assert all(p.ungated is not None for p in pods), "every pod placed"
     # Handed over: within a retry or two, not the lease.
     assert all(k.took_over is not None and k.took_over < LEASE for k in result.kills), summary
-    assert audit_allocations(plane)["double_booked"] == []
+    assert audit_allocations(plane, namespace)["double_booked"] == []
 
 
 def test_a_frozen_leader_writes_nothing_that_lands(
@@ -241,7 +245,7 @@ def test_a_frozen_leader_writes_nothing_that_lands(
     assert replicas.leader() is other
     assert replicas.metric(old, "vnpu_operator_leader ") == 0
     assert "stopped leading" in old.log_tail(400)
-    assert audit_allocations(plane)["double_booked"] == []
+    assert audit_allocations(plane, namespace)["double_booked"] == []
 
 
 @pytest.mark.parametrize("replicas", [1], indirect=True)
