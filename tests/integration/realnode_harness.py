@@ -158,3 +158,13 @@ def make_control_devices(real_node: RealNode) -> None:
     for name, numbers in CONTROL_DEVICES.items():
         (dev / name).unlink(missing_ok=True)
         os.mknod(dev / name, stat.S_IFCHR | 0o666, os.makedev(*numbers))
+
+
+def release_node_allocations(plane: LocalPlane, real_node: RealNode) -> None:
+    """Deletes every allocation of the real node, waiting for each, while its
+    agent still runs: the agent destroys the vNPUs and lets the allocations go."""
+    for alloc in (plane.get_json("vnpuallocations", "-A") or {}).get("items", []):
+        meta = alloc["metadata"]
+        if (meta.get("labels") or {}).get(names.LABEL_NODE) == real_node.name:
+            plane.kubectl("delete", "vnpuallocation", "-n", meta["namespace"],
+                          meta["name"], "--wait=true", timeout=60, check=False)  # fmt: skip

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from agent_harness import allocation, create, phase
 from operator_harness import purge_foreign
-from realnode_harness import make_control_devices
+from realnode_harness import make_control_devices, release_node_allocations
 
 from localplane.components import AGENT_NAMESPACE, AgentProcess
 from localplane.plane import LocalPlane
@@ -77,11 +77,7 @@ def cdi_agent(
     finally:
         try:
             # The agent destroys what is left and lets the allocations go.
-            for alloc in (plane.get_json("vnpuallocations", "-A") or {}).get("items", []):
-                meta = alloc["metadata"]
-                if (meta.get("labels") or {}).get(names.LABEL_NODE) == real_node.name:
-                    plane.kubectl("delete", "vnpuallocation", "-n", meta["namespace"],
-                                  meta["name"], "--wait=true", timeout=60, check=False)  # fmt: skip
+            release_node_allocations(plane, real_node)
         finally:
             agent.kill(signal.SIGTERM)
             plane.kubectl("delete", "vnpunode", real_node.name, "--wait=false", check=False)

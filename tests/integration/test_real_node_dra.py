@@ -26,7 +26,7 @@ import pytest
 from agent_harness import allocation, create, get_alloc, phase
 from dra_harness import claim_template, device_class, resource_claim
 from operator_harness import purge_foreign
-from realnode_harness import exec_in, make_control_devices, running
+from realnode_harness import exec_in, make_control_devices, release_node_allocations, running
 
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess, flags, free_port
 from localplane.plane import LocalPlane
@@ -100,11 +100,7 @@ def dra_agent(
         yield agent
     finally:
         try:
-            for alloc in (plane.get_json("vnpuallocations", "-A") or {}).get("items", []):
-                meta = alloc["metadata"]
-                if (meta.get("labels") or {}).get(names.LABEL_NODE) == real_node.name:
-                    plane.kubectl("delete", "vnpuallocation", "-n", meta["namespace"],
-                                  meta["name"], "--wait=true", timeout=60, check=False)  # fmt: skip
+            release_node_allocations(plane, real_node)
         finally:
             agent.kill(signal.SIGTERM)
             plane.kubectl("delete", "vnpunode", real_node.name, "--wait=false", check=False)
