@@ -229,7 +229,10 @@ def _component_metrics(plane: LocalPlane, port: int) -> str:
 def dra(plane: LocalPlane) -> Iterator[LocalPlane]:
     minor = int(plane.k8s_version.lstrip("v").split(".")[1])
     if minor < 36:
-        pytest.skip(f"the DRA path needs Kubernetes 1.36+; this plane is {plane.k8s_version}")
+        pytest.fail(
+            f"the DRA path needs Kubernetes 1.36+; this plane is {plane.k8s_version} "
+            "(run these on the main lane, without --k8s-lane 1.34)"
+        )
     plane.add_nodes([NodeSpec(name=NODE)])
     _create(plane, None, _device_class(), *_pool())
     yield plane
