@@ -196,6 +196,7 @@ def release(
         helm(plane, "install", RELEASE, str(CHART), "-n", NAMESPACE, "-f", str(values_file))
         ready_pod(plane, "operator")
         ready_pod(plane, "agent")
+        all_operator_replicas_ready(plane)
         release.timings["helm_install_to_ready"] = time.monotonic() - t0
         print(f"[realnode-chart] image {image.ref}, timings {release.timings}")
         yield release
@@ -230,6 +231,24 @@ def start_vnpu_pod(plane: LocalPlane, release: Release, name: str, count: int) -
     return pod
 
 
+def all_operator_replicas_ready(plane: LocalPlane, timeout: float = 180) -> None:
+    """Wait until every replica of the operator Deployment is Ready: a standby
+    syncs its caches before its readiness probe passes, so it may trail the leader."""
+
+    def ready() -> bool:
+        deploy = plane.get_json("deployment", f"{RELEASE}-operator", "-n", NAMESPACE)
+        status = deploy.get("status", {})
+        return bool(status.get("readyReplicas", 0) == deploy["spec"]["replicas"])
+
+    try:
+        wait_for("every operator replica Ready", ready, timeout, interval=0.5)
+    except AssertionError:
+        pods = component_pods(plane, "operator")
+        raise AssertionError(
+            f"not every operator replica Ready: {[p.get('status') for p in pods]}"
+        ) from None
+
+
 def test_chart_pods_run_the_product_image_on_the_real_node_only(
     plane: LocalPlane, release: Release
 ) -> None:
@@ -240,8 +259,10 @@ def test_chart_pods_run_the_product_image_on_the_real_node_only(
     assert ds["status"]["numberReady"] == 1
     assert plane.get_json("node", KWOK_NPU_NODE)["metadata"]["labels"][names.LABEL_NPU_NODE]
     deploy = plane.get_json("deployment", f"{RELEASE}-operator", "-n", NAMESPACE)
-    # Every replica Ready (the chart's default is two, both here: the spread is soft).
-    assert deploy["status"]["readyReplicas"] == deploy["spec"]["replicas"]
+    # The chart's default is two replicas, both on this one node (the spread is
+    # soft); the fixture waited for both to be Ready.
+    assert deploy["spec"]["replicas"] == 2
+    assert deploy["status"]["readyReplicas"] == 2
 
     expected = {"operator": ("10001", "0" * 16), "agent": ("0", CAP_MKNOD_ONLY)}
     for component, (uid, caps) in expected.items():
