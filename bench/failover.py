@@ -466,9 +466,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1.0, help="churn pods per second")
     parser.add_argument("--hold", type=float, default=40.0, help="seconds each pod lives")
     parser.add_argument("--kills", type=int, default=10)
-    parser.add_argument("--lease", type=int, default=15)
-    parser.add_argument("--deadline", type=float, default=10.0)
-    parser.add_argument("--retry", type=float, default=2.0)
+    parser.add_argument("--lease", type=int, default=4)
+    parser.add_argument("--deadline", type=float, default=3.0)
+    parser.add_argument("--retry", type=float, default=0.5)
     parser.add_argument("--stream-rate", type=float, default=4.0, help="pods/s around a restart")
     parser.add_argument(
         "--before", type=Path, default=None,

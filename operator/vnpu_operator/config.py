@@ -80,19 +80,19 @@ class OperatorSettings(ComponentSettings):
         "empty: <hostname>-<pid>.",
     )
     leader_election_lease_seconds: int = Field(
-        default=15,
+        default=4,
         ge=2,
         description="How long the leader Lease outlives its last renewal: a standby takes "
         "over this long after the leader died without handing it back.",
     )
     leader_election_renew_deadline_seconds: float = Field(
-        default=10.0,
+        default=3.0,
         gt=0,
         description="A leader whose last successful renewal is older than this stops writing "
         "(shorter than the lease, so it stops before anyone can take over).",
     )
     leader_election_retry_seconds: float = Field(
-        default=2.0, gt=0, description="How often the leader renews and a standby tries."
+        default=0.5, gt=0, description="How often the leader renews and a standby tries."
     )
 
     webhook_host: str = Field(default="0.0.0.0", description="Address the webhook listens on.")

@@ -40,9 +40,9 @@ class Timing:
     after the last renewal it sent that succeeded; a follower tries every
     `retry_seconds` too."""
 
-    lease_seconds: int = 15
-    renew_deadline: float = 10.0
-    retry_seconds: float = 2.0
+    lease_seconds: int = 4
+    renew_deadline: float = 3.0
+    retry_seconds: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_seconds < self.renew_deadline < self.lease_seconds:

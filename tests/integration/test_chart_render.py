@@ -559,7 +559,8 @@ def test_one_replica_has_no_disruption_budget_and_no_leader_goes_alerted(
         for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["VNPU_LEADER_ELECTION_LEASE_SECONDS"] == "30"
-    assert env["VNPU_LEADER_ELECTION_RENEW_DEADLINE_SECONDS"] == "10"
+    assert env["VNPU_LEADER_ELECTION_RENEW_DEADLINE_SECONDS"] == "3"
+    assert env["VNPU_LEADER_ELECTION_RETRY_SECONDS"] == "0.5"
     (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     alert = alerts["VNPUOperatorNoLeader"]

@@ -13,8 +13,7 @@ vnpu-operator-leader), the other keeps warm caches and answers the webhook.
 The full-size run (10 kills during a 200-pod churn) is `python -m
 bench.failover` (bench/results-failover.json).
 
-Timing here: lease 4 s, renew deadline 3 s, retry 0.5 s (the chart's: 15,
-10, 2), so that a takeover costs seconds of the test, not tens.
+Timing here: lease 4 s, renew deadline 3 s, retry 0.5 s, the defaults.
 """
 
 from __future__ import annotations
