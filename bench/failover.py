@@ -46,7 +46,7 @@ from vnpu_common import names
 from vnpu_common.rawcall import call_json
 from vnpu_operator.leases import parse_time
 
-LEASE = "vnpu-operator-leader"
+LEASE = names.LEADER_LEASE_NAME
 
 
 def election_settings(

@@ -195,6 +195,10 @@ def lease_name(node: str) -> str:
     return f"{LEASE_PREFIX}{node}"
 
 
+# The operator replicas' leader election Lease (in the agent namespace).
+LEADER_LEASE_NAME = "vnpu-operator-leader"
+
+
 # User-Agent prefixes of our API clients: audit logs and the API server's
 # metrics tell our components' requests apart by them.
 USER_AGENT_OPERATOR: Final = "vnpu-operator"

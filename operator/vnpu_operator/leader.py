@@ -24,12 +24,12 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
+from vnpu_common import names
 from vnpu_common.rawcall import call_json, describe
 from vnpu_operator.election import Election, Record, Timing
 
 log = logging.getLogger(__name__)
 
-LEASE_NAME = "vnpu-operator-leader"
 
 Listener = Callable[[], None]
 
@@ -55,7 +55,7 @@ class Leadership:
         identity: str,
         *,
         timing: Timing | None = None,
-        name: str = LEASE_NAME,
+        name: str = names.LEADER_LEASE_NAME,
         leader_gauge: Gauge | None = None,
         changes: Counter | None = None,
         refused: Counter | None = None,

@@ -233,7 +233,7 @@ def test_operator_rbac(plane: LocalPlane, release: str) -> None:
     assert not cred.can_i("patch", leases, NAMESPACE)
     # Leader election: its own Lease only (create cannot be limited by name).
     assert cred.can_i("create", leases, NAMESPACE)
-    leader = f"{leases}/vnpu-operator-leader"
+    leader = f"{leases}/{names.LEADER_LEASE_NAME}"
     assert cred.can_i("get", leader, NAMESPACE)
     assert cred.can_i("update", leader, NAMESPACE)
     assert not cred.can_i("update", f"{leases}/{names.lease_name(NODE_A)}", NAMESPACE)

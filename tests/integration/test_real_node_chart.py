@@ -6,8 +6,9 @@ the node's device dir for the Ascend runtime stand-in) run on the real node only
 a kwok NPU node next to it gets no agent pod. Their pods reach the API server at
 the CNI bridge's gateway (`apiServer.host`): there is no kube-proxy. Then vNPU pods
 run with exactly their devices, the agent pod and the operator pod are deleted
-mid-life (nothing lost, leaked or booked twice), and the documented uninstall
-order leaves no pod stuck and no vNPU.
+mid-life (nothing lost, leaked or booked twice), `helm upgrade` rolls both
+operator replicas during a churn of vNPU pods (none refused, none stuck), and
+the documented uninstall order leaves no pod stuck and no vNPU.
 
 The tests share one release and one namespace of vNPU pods and run in file order:
 install first, uninstall last. Needs root (the real node, the image build).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -481,6 +483,129 @@ def test_a_cordoned_chip_of_the_real_node_gets_nothing_new(
     ]  # fmt: skip
     assert alloc["spec"]["chip"] in roomy
     check_devices(plane, WORK, pod)
+
+
+@dataclass
+class Churn:
+    """What the churn saw: every pod it created, refused creates (with the
+    API server's answer), pods that never ran or never went, the instants
+    (monotonic) each pod was created and was Running."""
+
+    created: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
+    running_at: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _churn(plane: LocalPlane, worker: int, stop: threading.Event, churn: Churn) -> None:
+    """Creates a vNPU pod, waits for it to run, deletes it and waits for it to go,
+    over and over until `stop`: one vNPU at a time per worker."""
+    n = 0
+    while not stop.is_set():
+        name = f"churn-{worker}-{n}"
+        n += 1
+        text = yaml.safe_dump(vnpu_busybox_pod(name, WORK, 1))
+        made = plane.kubectl("create", "-f", "-", input=text, check=False)
+        if made.returncode != 0:
+            with churn.lock:
+                churn.refused.append(f"{name}: {made.stderr.strip()}")
+            time.sleep(0.5)
+            continue
+        with churn.lock:
+            churn.created.append(name)
+        try:
+            running(plane, WORK, name, timeout=120)
+            with churn.lock:
+                churn.running_at.append(time.monotonic())
+        except AssertionError:
+            with churn.lock:
+                churn.stuck.append(f"{name}: never Running")
+        plane.kubectl("delete", "pod", name, "-n", WORK, "--wait=false", check=False)
+        gone = plane.kubectl("wait", "--for=delete", f"pod/{name}", "-n", WORK,
+                             "--timeout=90s", check=False, timeout=120)  # fmt: skip
+        if gone.returncode != 0:
+            with churn.lock:
+                churn.stuck.append(f"{name}: never gone ({gone.stderr.strip()})")
+
+
+def test_helm_upgrade_during_a_churn_refuses_and_strands_nothing(
+    plane: LocalPlane, release: Release
+) -> None:
+    """`helm upgrade` with a changed operator value while vNPU pods come and go:
+    both operator replicas are replaced one at a time (RollingUpdate, the
+    standby warm, the Lease handed over), the webhook answers every create,
+    pods are placed during the rollout, and every pod runs and goes."""
+    capacity = sum(parse_chips(CHIPS).values()) * VNPUS_PER_CHIP
+    # Room for two churning pods: the earlier tests' one-vNPU pods make way.
+    for name, ids in sorted(_live(plane).items()):
+        held = sum(len(i) for i in _live(plane).values())
+        if capacity - held >= 2:
+            break
+        if len(ids) == 1:
+            plane.kubectl("delete", "pod", name, "-n", WORK, "--wait=true", timeout=120)
+    before = _live(plane)
+    held = sum(len(ids) for ids in before.values())
+    wait_for("the freed vNPUs released",
+             lambda: len(node_allocations(plane, release.node.name)) == held, 60)  # fmt: skip
+    free = capacity - held
+    assert free >= 2, f"no room for the churn: {before}"
+    old_pods = {p["metadata"]["name"] for p in component_pods(plane, "operator")}
+    lease = plane.get_json("lease", names.LEADER_LEASE_NAME, "-n", NAMESPACE)
+    old_leader = lease["spec"]["holderIdentity"]
+    assert old_leader in old_pods, (old_leader, old_pods)
+
+    churn, stop = Churn(), threading.Event()
+    workers = [
+        threading.Thread(target=_churn, args=(plane, w, stop, churn), daemon=True) for w in range(2)
+    ]
+    for w in workers:
+        w.start()
+    try:
+        wait_for("the churn running", lambda: len(churn.running_at) >= 2, 120, interval=0.5)
+        t0 = time.monotonic()
+        helm(plane, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values",
+             "--set", "operator.logLevel=DEBUG")  # fmt: skip
+
+        def rolled() -> bool:
+            pods = component_pods(plane, "operator")
+            names_now = {p["metadata"]["name"] for p in pods}
+            return not names_now & old_pods and len(pods) == 2 and all(_ready(p) for p in pods)
+
+        wait_for("both operator replicas replaced and Ready", rolled, 240, interval=0.5)
+        rolled_at = time.monotonic()
+        release.timings["helm_upgrade_rollout"] = rolled_at - t0
+        # The churn goes on past the rollout: a placement after it proves the new leader.
+        wait_for(
+            "a pod Running after the rollout",
+            lambda: any(t > rolled_at for t in churn.running_at),
+            120,
+            interval=0.5,
+        )
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(timeout=300)
+    during = [t for t in churn.running_at if t0 < t <= rolled_at]
+    print(
+        f"[realnode-chart] helm upgrade: rollout {rolled_at - t0:.1f}s, "
+        f"{len(churn.created)} pods created, {len(during)} Running during the rollout, "
+        f"{len(churn.refused)} refused"
+    )
+    assert not churn.refused, churn.refused
+    assert not churn.stuck, churn.stuck
+    assert during, "no pod was placed while the rollout ran: the test proved nothing"
+    new_pods = component_pods(plane, "operator")
+    for pod in new_pods:
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
+        assert env.get("VNPU_LOG_LEVEL") == "DEBUG", env
+        no_traceback(plane, pod["metadata"]["name"])
+    holder = plane.get_json("lease", names.LEADER_LEASE_NAME, "-n", NAMESPACE)["spec"]
+    assert holder["holderIdentity"] in {p["metadata"]["name"] for p in new_pods}, holder
+    # The pods from before kept their devices; the churn's left nothing booked.
+    _pods_keep_their_devices(plane, before)
+    assert set(_live(plane)) == set(before)
+    assert len(assert_books_agree(plane, release)) == held
 
 
 def test_documented_uninstall_order_leaves_no_pod_and_no_vnpu(
