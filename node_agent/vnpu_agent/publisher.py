@@ -73,15 +73,27 @@ class NodePublisher:
         # Chip health as the VNPUNode's condition and Events last told it.
         self._health_told: dict[int, bool] = {}
 
-    def mark_dirty(self, at_least: float = 0.0) -> None:
-        """Publishes soon, at most once per min interval (coalescing bursts)."""
-        if self._pending is not None:
+    def mark_dirty(self, at_least: float = 0.0, *, restates: bool = False) -> None:
+        """Publishes soon, at most once per min interval (coalescing bursts).
+
+        A write already pending stays, unless this call wants one earlier:
+        then the pending one moves earlier (never later), so a change that
+        wants a prompt write (a vNPU gone) does not wait behind a settled
+        write put off to the settle interval's end. `restates`: the change
+        only restates what the allocations say (a vNPU made for one), which
+        a pending write carries however late (inventory.only_restates)."""
+        pending = self._pending
+        if pending is not None and restates:
             return
         wait = max(
             at_least,
             self._last_publish + self.settings.inventory_min_interval_seconds - self.clock(),
         )
         loop = asyncio.get_running_loop()
+        if pending is not None:
+            if pending.when() <= loop.time() + wait:
+                return
+            pending.cancel()
         self._pending = loop.call_later(wait, self._spawn_publish)
 
     def _spawn_publish(self) -> None:

@@ -228,7 +228,9 @@ class AllocationServer:
                 await self._after_failed_create(rec, exc)
                 return
             self.view.added(vnpu)
-            self.publisher.mark_dirty()
+            # Owned by this allocation: a write put off by the settle
+            # interval carries it, however late.
+            self.publisher.mark_dirty(restates=True)
             await failpoint("after-create")
             if status.phase == names.PHASE_READY:
                 reason = names.REASON_RECREATED

@@ -127,6 +127,33 @@ async def test_a_destroyed_vnpu_is_written_without_waiting(agent: NodeAgent) -> 
     assert listed(api) == []
 
 
+async def test_a_destroyed_vnpu_moves_a_put_off_write_earlier(agent: NodeAgent) -> None:
+    """A settled write pending (put off to the settle interval's end) does not
+    hold back the write a vNPU gone wants at the minimum interval."""
+    api, clock = cast(Api, agent.api), cast(Clock, agent.clock)
+    clock.now += SETTLE + 1
+    obj = allocation("p1-0", 100)
+    await agent.on_event("ADDED", copy.deepcopy(obj))
+    await agent.queue.idle()
+    await until(lambda: api.writes == 2)
+
+    clock.now += 1
+    await agent.on_event("ADDED", allocation("p2-0", 101))
+    await agent.queue.idle()
+    await until(lambda: put_off(agent))
+    assert api.writes == 2
+
+    obj["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
+    obj["metadata"]["resourceVersion"] = "20"
+    await agent.on_event("MODIFIED", obj)
+    await agent.queue.idle()
+    # Written within the minimum interval (0 here), not at the settled
+    # write's time: the one write tells both the destroy and the create.
+    await until(lambda: api.writes == 3)
+    assert listed(api) == [(101, "team-a/p2-0")]
+    assert agent.publisher._pending is None
+
+
 async def test_a_quiet_node_writes_its_own_vnpu_at_once(agent: NodeAgent) -> None:
     api, clock = cast(Api, agent.api), cast(Clock, agent.clock)
     clock.now += SETTLE + 1
