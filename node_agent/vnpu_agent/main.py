@@ -163,11 +163,11 @@ class Agent:
             timeout_seconds=s.watch_timeout_seconds,
             retry_max_seconds=s.retry_max_seconds,
         )
-        for node in s.nodes:
+        for i, node in enumerate(s.nodes):
             driver = await build_driver(s, core, node)
             self.nodes[node] = NodeAgent(
                 node, driver, api, s, self.metrics, synced=watcher.synced.is_set,
-                slice_api=slice_api,
+                slice_api=slice_api, resync_phase=i / len(s.nodes),
             )  # fmt: skip
         self.metrics.watch(lambda: list(self.nodes.values()))
         plugin = await self._kubelet_plugin()

@@ -51,10 +51,14 @@ class NodeAgent:
         synced: Callable[[], bool],
         clock: Callable[[], float] = time.monotonic,
         slice_api: SliceApi | None = None,
+        resync_phase: float = 0.0,
     ) -> None:
         """`slice_api`: with --dra, the node's chips are published as a DRA
-        pool through it (dra/publisher.py)."""
+        pool through it (dra/publisher.py). `resync_phase`: where in each
+        resync period, a fraction in [0, 1), this node resyncs (node i of
+        the process's N at i/N: _resync_loop)."""
         self.node = node
+        self.resync_phase = resync_phase
         self.api = api
         self.settings = settings
         self.metrics = metrics
@@ -161,6 +165,21 @@ class NodeAgent:
             self.serving.queue.close()
 
     async def _resync_loop(self) -> None:
+        """The first resync at once (the VNPUNode written at start), then
+        one per period at this node's phase of it, on a fixed schedule.
+
+        Every node of a process resynced on the same beat: all of them
+        start together and each slept a period after its resync, so at 200
+        nodes per process each period brought some 2000 driver calls (in
+        the threads every create and destroy also waits for) and 200
+        statuses built in one go, and the allocations served meanwhile
+        waited behind them: the agent step's tail (issue 38). Spread, each
+        node's resync comes alone. A resync that overran its period is
+        followed by the next at once, and the schedule starts again from
+        there rather than catching up."""
+        loop = asyncio.get_running_loop()
+        period = self.settings.resync_seconds
+        due = loop.time() + period * (1.0 - self.resync_phase)
         while True:
             try:
                 await self.resync()
@@ -168,7 +187,10 @@ class NodeAgent:
                 raise
             except Exception:
                 log.exception("resync of %s failed", self.node)
-            await asyncio.sleep(self.settings.resync_seconds)
+            now = loop.time()
+            due = max(due, now)
+            await asyncio.sleep(due - now)
+            due += period
 
     # -- periodic work -----------------------------------------------------
 
