@@ -80,6 +80,11 @@ async def run(settings: OperatorSettings) -> None:
         leader_gauge=metrics.leader,
         changes=metrics.leader_changes,
         refused=metrics.fenced_writes,
+        # Its own client in its own thread: a busy controller loop delays no renewal.
+        thread_api=lambda: new_api_client(
+            f"{names.USER_AGENT_OPERATOR}/{__version__} ({identity}) leader-election",
+            connections=2,
+        ),
     )
     api = OperatorApi(api_client, metrics.api_errors, leadership.check)
     controller = build_controller(api, settings, metrics)

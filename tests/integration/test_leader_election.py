@@ -19,6 +19,7 @@ Timing here: lease 4 s, renew deadline 3 s, retry 0.5 s, the defaults.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from collections.abc import Iterator
@@ -28,6 +29,8 @@ import pytest
 import yaml
 from bench import load
 from bench.failover import Replicas, audit_allocations, churn_with_kills, election_settings
+from kubernetes_asyncio import client
+from kubernetes_asyncio import config as kube_config
 from operator_harness import audit_since, delete_vnpu_pods, get_json, purge_foreign
 
 from localplane import LocalPlane, NodeSpec
@@ -36,6 +39,9 @@ from localplane.plane import PlaneError
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_common import names
+from vnpu_common.apiclient import api_client
+from vnpu_operator.election import Timing
+from vnpu_operator.leader import Leadership
 
 pytestmark = pytest.mark.plane
 
@@ -269,3 +275,41 @@ def test_one_replica_alone(plane: LocalPlane, replicas: Replicas, namespace: str
     assert (replicas.lease().get("spec") or {}).get("leaseTransitions") == transitions
     assert replicas.holder() == only.identity
     print(f"single replica: SIGKILL -> restarted and placing in {time.monotonic() - killed:.1f}s")
+
+
+async def _leads_through_a_busy_loop(plane: LocalPlane, name: str, *, threaded: bool) -> bool:
+    """Runs a Leadership in this process for the Lease `name`, blocks this
+    event loop past the renew deadline once it leads (as a 2000-node sync on
+    a loaded machine did), and says whether it still leads right after."""
+    await kube_config.load_kube_config(config_file=str(plane.kubeconfig))
+    api = api_client("vnpu-test/leader-busy-loop")
+    lead = Leadership(
+        client.CoordinationV1Api(api), "default", f"busy-{name}",
+        timing=Timing(LEASE, DEADLINE, RETRY), name=name,
+        thread_api=(lambda: api_client("vnpu-test/leader-busy-loop-thread")) if threaded else None,
+    )  # fmt: skip
+    task = asyncio.create_task(lead.run())
+    try:
+        for _ in range(100):
+            if lead.leading():
+                break
+            await asyncio.sleep(0.1)
+        assert lead.leading(), "never led an unheld Lease"
+        # The loop blocked on purpose, as a long synchronous step would.
+        time.sleep(DEADLINE + 2)  # noqa: ASYNC251
+        return lead.leading()
+    finally:
+        await lead.release()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await api.close()
+        plane.kubectl("delete", "lease", name, "-n", "default", "--ignore-not-found")
+
+
+def test_a_busy_controller_loop_costs_no_renewal(plane: LocalPlane) -> None:
+    """The Lease is renewed from a thread of its own: a controller loop busy
+    past the renew deadline does not make a healthy leader step down. On the
+    loop itself (the control) the same block costs the lead."""
+    assert not asyncio.run(_leads_through_a_busy_loop(plane, "busy-loop-inline", threaded=False))
+    assert asyncio.run(_leads_through_a_busy_loop(plane, "busy-loop-thread", threaded=True))
