@@ -329,6 +329,13 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
         )
         row("  ratio ours/floor p50, p99", f"{fmt(r['ratios'][key + '_p50'], 'x')}  "
             f"{fmt(r['ratios'][key + '_p99'], 'x')}")  # fmt: skip
+    if "burst" not in r:
+        # A churn-only run (bench.scale's sizes): no fill, no writes table.
+        print_stacks(r.get("stacks") or {})
+        print("-- correctness (all must be 0)")
+        for k, v in r["correctness"].items():
+            row(f"  {k}", str(v))
+        return
     b = r["burst"]
     if floor is None:
         row("burst throughput ours (pods/s)",
