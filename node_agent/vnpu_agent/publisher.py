@@ -66,7 +66,8 @@ class NodePublisher:
         self._lock = asyncio.Lock()
         self._last_status: dict[str, Any] | None = None
         self._last_publish = -1e9
-        self._pending: asyncio.TimerHandle | None = None
+        self._pending: asyncio.Handle | None = None
+        self._pending_due = 0.0
         self._backoff = Backoff(base=1.0, cap=settings.retry_max_seconds)
         self._restore_pending: asyncio.TimerHandle | None = None
         self._force = False
@@ -90,11 +91,15 @@ class NodePublisher:
             self._last_publish + self.settings.inventory_min_interval_seconds - self.clock(),
         )
         loop = asyncio.get_running_loop()
+        due = loop.time() + max(wait, 0.0)
         if pending is not None:
-            if pending.when() <= loop.time() + wait:
+            # Our own record of when it is due: uvloop answers call_later(0)
+            # with a plain Handle, which has no when().
+            if self._pending_due <= due:
                 return
             pending.cancel()
         self._pending = loop.call_later(wait, self._spawn_publish)
+        self._pending_due = due
 
     def _spawn_publish(self) -> None:
         self._pending = None
