@@ -81,9 +81,12 @@ async def run(settings: OperatorSettings) -> None:
         changes=metrics.leader_changes,
         refused=metrics.fenced_writes,
         # Its own client in its own thread: a busy controller loop delays no renewal.
+        # The same configuration as the main client's: Kopf's login loads the
+        # default one again later, from wherever it looks.
         thread_api=lambda: new_api_client(
             f"{names.USER_AGENT_OPERATOR}/{__version__} ({identity}) leader-election",
             connections=2,
+            configuration=api_client.configuration,
         ),
     )
     api = OperatorApi(api_client, metrics.api_errors, leadership.check)
