@@ -78,3 +78,16 @@ async def test_connections_are_capped(server: None) -> None:
     finally:
         await api.close()
         await few.close()
+
+
+async def test_a_given_configuration_wins_over_the_default_and_is_copied(server: None) -> None:
+    """The leader-election thread's client: the main client's credentials,
+    whatever the default configuration says by the time the thread starts."""
+    own = client.Configuration(host="https://own.example:6443", api_key={"BearerToken": "sa"})
+    api = api_client("vnpu-test/1", connections=2, configuration=own)
+    try:
+        assert api.configuration.host == "https://own.example:6443"
+        assert api.configuration.api_key == {"BearerToken": "sa"}
+        assert api.configuration is not own
+    finally:
+        await api.close()
