@@ -5,6 +5,7 @@ did, and the AttributeError broke the allocation watch)."""
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import Any, cast
 
 import uvloop
@@ -18,6 +19,14 @@ def publisher() -> NodePublisher:
     # mark_dirty reads only the clock, the settings and its own timer.
     none = cast(Any, None)
     return NodePublisher("n", none, {}, none, settings, none, clock=lambda: 100.0)
+
+
+def on_uvloop(coro: Coroutine[Any, Any, None]) -> None:
+    loop = uvloop.new_event_loop()
+    try:
+        loop.run_until_complete(coro)
+    finally:
+        loop.close()
 
 
 def test_changes_before_a_due_write_runs_keep_one_timer_on_uvloop() -> None:
@@ -34,11 +43,7 @@ def test_changes_before_a_due_write_runs_keep_one_timer_on_uvloop() -> None:
         assert pub._pending is not None
         pub._pending.cancel()
 
-    loop = uvloop.new_event_loop()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    on_uvloop(main())
     assert seen[0] is not None
     assert seen[1] is seen[0]
 
@@ -56,8 +61,4 @@ def test_a_write_wanted_sooner_replaces_a_later_one_on_uvloop() -> None:
         assert pub._pending is not None
         pub._pending.cancel()
 
-    loop = uvloop.new_event_loop()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    on_uvloop(main())
