@@ -109,13 +109,20 @@ async def test_a_busy_node_writes_its_own_vnpus_once_the_settle_interval_passed(
     assert listed(api) == [(100, "team-a/p1-0"), (101, "team-a/p2-0")]
 
 
-async def test_a_destroyed_vnpu_is_written_without_waiting(agent: NodeAgent) -> None:
+async def one_vnpu_written(agent: NodeAgent) -> tuple[Api, Clock, dict[str, Any]]:
+    """A quiet node's first allocation, its vNPU made and written at once;
+    returns the API, the clock and (a copy of) the allocation."""
     api, clock = cast(Api, agent.api), cast(Clock, agent.clock)
     clock.now += SETTLE + 1
     obj = allocation("p1-0", 100)
     await agent.on_event("ADDED", copy.deepcopy(obj))
     await agent.queue.idle()
     await until(lambda: api.writes == 2)
+    return api, clock, obj
+
+
+async def test_a_destroyed_vnpu_is_written_without_waiting(agent: NodeAgent) -> None:
+    api, clock, obj = await one_vnpu_written(agent)
 
     clock.now += 1
     obj["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
@@ -130,12 +137,7 @@ async def test_a_destroyed_vnpu_is_written_without_waiting(agent: NodeAgent) -> 
 async def test_a_destroyed_vnpu_moves_a_put_off_write_earlier(agent: NodeAgent) -> None:
     """A settled write pending (put off to the settle interval's end) does not
     hold back the write a vNPU gone wants at the minimum interval."""
-    api, clock = cast(Api, agent.api), cast(Clock, agent.clock)
-    clock.now += SETTLE + 1
-    obj = allocation("p1-0", 100)
-    await agent.on_event("ADDED", copy.deepcopy(obj))
-    await agent.queue.idle()
-    await until(lambda: api.writes == 2)
+    api, clock, obj = await one_vnpu_written(agent)
 
     clock.now += 1
     await agent.on_event("ADDED", allocation("p2-0", 101))
