@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -250,9 +251,17 @@ def test_a_disruption_budget_is_respected_then_preemption_retries(
     assert untouched(plane, namespace, lows) == sorted(lows)
     assert nominated(plane, namespace, "high") == ""
     assert 'vnpu_operator_preemption_attempts_total{result="blocked"}' in (stack.operator.metrics())
-    # The budget gone, the next try (backoff: 5 s) evicts one pod and places the pod.
+    # The budget gone, the next try evicts one pod and places the pod. Budgets
+    # are not watched: the next try comes after the backoff the last refusal
+    # announced, which doubles per refusal (5 s, 10 s, 20 s...) and so depends
+    # on how long the steps above took. Read after the delete, the condition
+    # names the last refusal's delay: a try after the delete would have evicted.
     plane.kubectl("delete", "pdb", "-n", namespace, "keep-all")
-    assert pod_running(plane, namespace, "high")["spec"]["nodeName"] == NODE
+    last = pod_waiting(plane, namespace, "high")
+    found = re.search(r"trying again in (\d+)s", last.get("message", ""))
+    delay = float(found.group(1)) if found else 0.0
+    placed = pod_running(plane, namespace, "high", timeout=delay + 60)
+    assert placed["spec"]["nodeName"] == NODE
     assert len(untouched(plane, namespace, lows)) == 3
     cleanup(plane, namespace)
 

@@ -124,6 +124,9 @@ class Preemption:
         self.kick = kick
         self.grew = grew
         self.clock = clock
+        # uid -> the timer that kicks the pod when its backoff ends; popped
+        # when it fires, so "none here" means no retry is coming.
+        self._timers: dict[str, asyncio.TimerHandle] = {}
 
     @property
     def enabled(self) -> bool:
@@ -244,7 +247,13 @@ class Preemption:
         if never_preempts(pod) or holds or not worth_trying(nofit):
             await self._unclaimed(pod, state)
             return False
-        if self.clock() < state.preempt_not_before:
+        wait = state.preempt_not_before - self.clock()
+        if wait > 0:
+            # Its kick may have been lost (dropped while this replica was not
+            # leading, say) or may have come a little early: without a timer
+            # the pod would wait for a capacity change that may never come.
+            if request.uid not in self._timers:
+                self._arm(request.uid, wait)
             return bool(state.protected)
         state.protected.clear()
         try:
@@ -382,10 +391,22 @@ class Preemption:
         doublings = max(state.preempt_refusals - 1, 0)
         delay = min(RETRY_BASE_SECONDS * 2.0**doublings, RETRY_MAX_SECONDS)
         state.preempt_not_before = self.clock() + delay
+        self._arm(uid, delay)
+        return delay
+
+    def _arm(self, uid: str, delay: float) -> None:
+        """One timer per pod: kicks it after `delay` seconds."""
+        old = self._timers.pop(uid, None)
+        if old is not None:
+            old.cancel()
         # No loop: a test driving the controller by hand; nothing to schedule.
         with contextlib.suppress(RuntimeError):
-            asyncio.get_running_loop().call_later(delay, self.kick, uid)
-        return delay
+            loop = asyncio.get_running_loop()
+            self._timers[uid] = loop.call_later(delay, self._due, uid)
+
+    def _due(self, uid: str) -> None:
+        self._timers.pop(uid, None)
+        self.kick(uid)
 
     async def _blocked(self, pod: Raw, state: PodState, nofit: NoFit) -> None:
         state.preempt_refusals += 1

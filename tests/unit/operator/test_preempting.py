@@ -4,6 +4,7 @@ refusals and their backoff, and a claim rebuilt after a restart."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 import pytest
@@ -16,6 +17,7 @@ from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.placement import Reason
+from vnpu_operator.steps import preempt
 from vnpu_operator.steps.preempt import foreign_nomination, restorable_claim
 from vnpu_operator.wiring import build_controller
 
@@ -189,6 +191,34 @@ async def test_a_refused_victim_makes_the_next_plan_and_all_refused_evicts_nobod
     await w.settle()
     assert ("evict", "low3") in w.calls()
     assert w.controller.ledger.nomination("h") is not None
+
+
+async def test_a_backoff_timer_that_fires_early_is_armed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """uvloop fires a timer up to about a millisecond before time.monotonic()
+    says it is due (it counts whole milliseconds): the kick finds the pod
+    still inside its backoff. The pod must not then wait for a capacity
+    change that may never come (the CI failure of test_preemption's budget
+    test): a timer is armed again for what is left."""
+    monkeypatch.setattr(preempt, "RETRY_BASE_SECONDS", 0.02)
+    w = Cluster()
+    await w.fill()
+    w.api.refuse = {f"low{i}": BUDGET for i in range(4)}
+    await w.high()
+    assert [n for n, _ in w.calls()].count("evict_dry") == 4
+    # The loop's timer fires; the operator's clock has not reached the end
+    # of the backoff yet (w.clock stands still): nothing is asked.
+    await asyncio.sleep(0.1)
+    await w.settle()
+    assert [n for n, _ in w.calls()].count("evict_dry") == 4
+    # Time passes, nothing else happens (no event, no capacity change, no
+    # hand kick): the pod is asked about again on its own.
+    w.api.refuse.clear()
+    w.clock += 0.02
+    await asyncio.sleep(0.1)
+    await w.settle()
+    assert ("evict", "low3") in w.calls()
 
 
 async def test_a_refusal_after_the_dry_run_drops_the_claim() -> None:
