@@ -16,7 +16,7 @@ import kopf
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import __version__, eventloop, memory, names
+from vnpu_common import __version__, eventloop, gcfreeze, memory, names
 from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.http import serve_http
 from vnpu_common.logs import configure_logging
@@ -131,10 +131,15 @@ async def run(settings: OperatorSettings) -> None:
         informers.append(claim_informer(api_client, claims, settings))
     register(registry, controller, settings, leases, convergence, informers, leadership)
     trimming = asyncio.create_task(memory.trimmer().run(), name="memory-trim")
+    # The caches synced are most of the heap, and live as long as the process.
+    freezing = asyncio.create_task(
+        gcfreeze.Freezer(controller.synced_event).run(), name="gc-freeze"
+    )
     try:
         await kopf.operator(registry=registry, clusterwide=True, standalone=True)
     finally:
         trimming.cancel()
+        freezing.cancel()
         await webhook.stop()
         await runner.cleanup()
         await api_client.close()
