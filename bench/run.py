@@ -751,7 +751,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="replay the churn and burst with a logic-free writer in place of the operator "
-        "(default: on; off in bench-1000, where it would add minutes)",
+        "(default: on)",
     )
     p.add_argument(
         "--kopf-floor-pods",
