@@ -28,7 +28,7 @@ from vnpu_agent.leases import LeaseRenewer
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import AllocationWatcher, NodeWatcher
-from vnpu_common import __version__, eventloop, memory, names
+from vnpu_common import __version__, eventloop, gcfreeze, memory, names
 from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.http import serve_http
 from vnpu_common.logs import configure_logging
@@ -183,6 +183,8 @@ class Agent:
             asyncio.create_task(self.node_watcher.run(), name="watch-vnpunodes"),
             asyncio.create_task(self._leases(api).run(), name="leases"),
             asyncio.create_task(memory.trimmer().run(), name="memory-trim"),
+            # Its nodes' state, loaded by then, lives as long as the process.
+            asyncio.create_task(gcfreeze.Freezer(watcher.synced).run(), name="gc-freeze"),
             *(asyncio.create_task(a.run(), name=f"node-{n}") for n, a in self.nodes.items()),
         ]
         try:
