@@ -78,8 +78,10 @@ class Freezer:
         while True:
             try:
                 if loop.time() >= full_due:
-                    full_due = loop.time() + self.full_every
                     self.refreeze()
+                    # Counted from the round's end: a round longer than the
+                    # interval must still leave room for the light freezes.
+                    full_due = loop.time() + self.full_every
                 else:
                     self.freeze()
             except Exception:  # never a reason to stop the component

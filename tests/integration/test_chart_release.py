@@ -718,17 +718,21 @@ def test_uninstall_refuses_while_allocations_exist_then_clears_the_nodes(
 ) -> None:
     # The hook counts every VNPUAllocation of the cluster: earlier modules on this
     # shared plane may have left some whose agents are gone. Cleared first, so the
-    # refusal below is about this test's allocation alone.
-    for left in (get_json(plane, names.ALLOCATION_PLURAL, "-A") or {}).get("items", []):
-        where = ["-n", left["metadata"]["namespace"], names.ALLOCATION_PLURAL,
-                 left["metadata"]["name"]]  # fmt: skip
-        plane.kubectl("patch", *where, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
-                      check=False)  # fmt: skip
-        plane.kubectl("delete", *where, "--wait=false", check=False)
-    wait_for(
-        "no VNPUAllocation left",
-        lambda: not (get_json(plane, names.ALLOCATION_PLURAL, "-A") or {}).get("items"),
-    )
+    # refusal below is about this test's allocation alone. Their pods go too:
+    # this release's operator runs, and would place a pod left waiting again.
+    def none_left() -> bool:
+        items = (get_json(plane, names.ALLOCATION_PLURAL, "-A") or {}).get("items", [])
+        for left in items:
+            namespace = left["metadata"]["namespace"]
+            where = ["-n", namespace, names.ALLOCATION_PLURAL, left["metadata"]["name"]]
+            pod = ["-n", namespace, "pod", left["spec"]["podName"]]
+            for obj in (pod, where):
+                plane.kubectl("patch", *obj, "--type=merge", "-p",
+                              '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
+                plane.kubectl("delete", *obj, "--wait=false", check=False)
+        return not items
+
+    wait_for("no VNPUAllocation left", none_left, timeout=90, interval=1)
     # The release's pods where no kwok node is (kwok would complete the hook's Job itself).
     helm(plane, "upgrade", release, str(CHART), "-n", NAMESPACE, "--reuse-values",
          "--set-string", "operator.nodeSelector.vnpu-test/no-such-node=true")  # fmt: skip
