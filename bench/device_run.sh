@@ -19,7 +19,9 @@
 # CORES_A, CORES_B (0-7, 8-15), NODES_A, NODES_B, PODS_200, PODS_1000 (main's
 # sizes: 200 and 1000 nodes, 1200 and 1000 pods), SCALE_A, SCALE_B (the node
 # counts of each half), SCALE_ARGS (more options of bench.scale), VNPU_DEVICE_VENV
-# (an existing venv: no wheels installed), VNPU_DEVICE_HOME ($HOME/vnpu-device).
+# (an existing venv: no wheels installed), VNPU_DEVICE_HOME ($HOME/vnpu-device),
+# MAIN_ARGS (more options of both main runs, e.g. --no-floors to keep only the
+# floor replay when a call's time is short).
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -130,12 +132,14 @@ show() {
 
 main_runs() {
     setup
+    # shellcheck disable=SC2086 # MAIN_ARGS: several options
     pinned results-200 "$CORES_A" -m bench --nodes "${NODES_A:-200}" --pods "${PODS_200:-1200}" --rate 20 \
         --idle 30 --kopf-floor-pods 300 --out "$OUT/results-200.json" \
-        --timeline-out "$OUT/timeline-200.json" &
+        --timeline-out "$OUT/timeline-200.json" ${MAIN_ARGS:-} &
+    # shellcheck disable=SC2086
     pinned results-1000 "$CORES_B" -m bench --nodes "${NODES_B:-1000}" --agents 4 --pods "${PODS_1000:-1000}" \
         --rate 20 --idle 30 --no-floors --timeout 300 --out "$OUT/results-1000.json" \
-        --timeline-out "$OUT/timeline-1000.json" &
+        --timeline-out "$OUT/timeline-1000.json" ${MAIN_ARGS:-} &
     wait
     show "$OUT/results-200.log" "$OUT/results-1000.log"
 }
