@@ -10,26 +10,31 @@ are kept in a heap; a change to a node marks it stale in every shape, and
 the next placement of that shape re-asks only the stale nodes.
 
 The answer is the one the full loop gives: the lowest (rank, node name)
-among the nodes that pass the filter and fit, `avoid` left out. A shape
-with no fitting node says so, and the caller runs the full loop, which also
-gathers each node's reason for the waiting pod's message.
+among the nodes that pass the filter and fit, `avoid` left out. The nodes a
+shape does not fit on are kept with their reason, so a shape that fits
+nowhere answers the waiting pod's message without the full loop too: at
+1000 nodes, 100 alike pods waiting through the release of 400 allocations
+ran that loop once per allocation, 1.6 ms each.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 Slots = TypeVar("Slots")
+Why = TypeVar("Why")
 Rank = tuple[float, ...]
 
 
 @dataclass
-class _Shape(Generic[Slots]):
+class _Shape(Generic[Slots, Why]):
     # node -> (rank, slots) of the nodes the shape fits on now.
     fits: dict[str, tuple[Rank, Slots]] = field(default_factory=dict)
+    # node -> why not, of the nodes it does not fit on.
+    misses: dict[str, Why] = field(default_factory=dict)
     # (rank, node, version): entries whose version is not the node's current
     # one are stale and skipped when they surface.
     heap: list[tuple[Rank, str, int]] = field(default_factory=list)
@@ -44,9 +49,9 @@ _COMPACT_FACTOR = 4
 _SHAPES_MAX = 256
 
 
-class CandidateIndex(Generic[Slots]):
+class CandidateIndex(Generic[Slots, Why]):
     def __init__(self) -> None:
-        self._shapes: dict[Hashable, _Shape[Slots]] = {}
+        self._shapes: dict[Hashable, _Shape[Slots, Why]] = {}
 
     def changed(self, node: str) -> None:
         """The node's answer may differ now (inventory, liveness, its
@@ -62,13 +67,14 @@ class CandidateIndex(Generic[Slots]):
         self,
         key: Hashable,
         nodes: Iterable[str],
-        ask: Callable[[str], tuple[Rank, Slots] | None],
+        ask: Callable[[str], tuple[Rank, Slots] | Why | None],
         avoid: Collection[str] = (),
     ) -> tuple[str, Slots] | None:
         """The best node for requests of shape `key` and its slots, or None
-        when none fits. `nodes`: every node the ledger knows, read only when
-        the shape is new; `ask(node)`: the node's (rank, slots), or None when
-        it is filtered out or does not fit."""
+        when none fits (`misses(key)` then says why of each other node).
+        `nodes`: every node the ledger knows, read only when the shape is
+        new; `ask(node)`: the node's (rank, slots) when it fits, why not
+        (anything but a tuple) when it does not, None when the node is gone."""
         shape = self._shapes.get(key)
         if shape is None:
             if len(self._shapes) >= _SHAPES_MAX:
@@ -79,9 +85,14 @@ class CandidateIndex(Generic[Slots]):
             version = shape.version.get(node, 0) + 1
             shape.version[node] = version
             answer = ask(node)
-            if answer is None:
+            if not isinstance(answer, tuple):
                 shape.fits.pop(node, None)
+                if answer is None:
+                    shape.misses.pop(node, None)
+                else:
+                    shape.misses[node] = answer
                 continue
+            shape.misses.pop(node, None)
             shape.fits[node] = answer
             heapq.heappush(shape.heap, (answer[0], node, version))
         shape.stale.clear()
@@ -103,3 +114,9 @@ class CandidateIndex(Generic[Slots]):
         for entry in skipped:
             heapq.heappush(shape.heap, entry)
         return found
+
+    def misses(self, key: Hashable) -> Mapping[str, Why]:
+        """Why each node the shape does not fit on, as of its last `best`
+        (the nodes it fits on are in none of them)."""
+        shape = self._shapes.get(key)
+        return shape.misses if shape is not None else {}

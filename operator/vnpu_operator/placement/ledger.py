@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 class Ledger:
     def __init__(self) -> None:
         self._nodes: dict[str, NodeInventory] = {}
+        # The node names in order, rebuilt with the catalog (which every
+        # node added or removed rebuilds): a NoFit lists every node.
+        self._names: tuple[str, ...] = ()
         self._allocs: dict[str, Allocation] = {}
         self._by_pod: dict[str, set[str]] = {}
         self._by_node: dict[str, set[str]] = {}
@@ -73,7 +76,7 @@ class Ledger:
         # placement asks a changed node once per request shape, each from a copy.
         self._states: dict[str, NodeState] = {}
         # The nodes each request shape fits on, ranked (placement.candidates).
-        self._candidates: CandidateIndex[list[tuple[int, int]]] = CandidateIndex()
+        self._candidates: CandidateIndex[list[tuple[int, int]], Reason] = CandidateIndex()
         # Preempting pods' claims: pod uid -> its nomination; node -> uids.
         self._claims = Claims()
 
@@ -129,7 +132,7 @@ class Ledger:
         return self._nodes.get(name)
 
     def node_names(self) -> list[str]:
-        return sorted(self._nodes)
+        return list(self._names)
 
     def _node_changed(self, name: str) -> None:
         """What placement knows of the node moved: its cached answers go."""
@@ -140,7 +143,8 @@ class Ledger:
     def _rebuild_catalog(self) -> None:
         # Rebuilt from scratch so a restarted ledger sees the same catalog.
         catalog: dict[tuple[str, str], TemplateResources] = {}
-        for name in sorted(self._nodes):
+        self._names = tuple(sorted(self._nodes))
+        for name in self._names:
             for chip in self._nodes[name].status.chips:
                 for template in chip.templates:
                     catalog.setdefault((chip.model, template.name), template)
@@ -333,9 +337,11 @@ class Ledger:
                 return Placement(node=existing[0].node, allocations=tuple(existing))
             candidates = [existing[0].node]
         else:
-            candidates = sorted(self._nodes)
+            candidates = list(self._names)
             if not self._claims:
                 fast = self._best_candidate(request, request.count, policy, avoid)
+                if isinstance(fast, NoFit):
+                    return fast
                 if fast is not None:
                     return self._book(request, fast[0], fast[1], first_index)
 
@@ -364,24 +370,27 @@ class Ledger:
             if best is None or (rank, name) < (best[0], best[1]):
                 best = (rank, name, slots)
         if best is None:
-            charged = request.charged.describe() if request.charged is not None else ""
-            return NoFit(request.template, request.count, reasons, charged)
+            return _no_fit(request, reasons)
         return self._book(request, best[1], best[2], first_index)
 
     def _best_candidate(
         self, request: PodRequest, need: int, policy: Policy, avoid: Collection[str]
-    ) -> tuple[str, list[tuple[int, int]]] | None:
-        """The node the loop in `place` would choose, from the ranks kept per
-        request shape; None when nothing fits (the loop then says why). Only
+    ) -> tuple[str, list[tuple[int, int]]] | NoFit | None:
+        """What the loop in `place` would answer for a request holding
+        nothing, from the answers kept per request shape: the node it would
+        choose and its slots, or the same NoFit (None: ask the loop). Only
         while nobody holds a claim: claims make a node's answer depend on
         the asking pod's priority and uid."""
 
-        def ask(name: str) -> tuple[Rank, list[tuple[int, int]]] | None:
+        def ask(name: str) -> tuple[Rank, list[tuple[int, int]]] | Reason | None:
             inventory = self._nodes.get(name)
-            if inventory is None or node_filter(inventory, request) is not None:
+            if inventory is None:
                 return None
+            blocked = node_filter(inventory, request)
+            if blocked is not None:
+                return blocked
             outcome = self._fit(inventory, request, need, policy)
-            return None if isinstance(outcome, Reason) else (outcome[1], outcome[0])
+            return outcome if isinstance(outcome, Reason) else (outcome[1], outcome[0])
 
         shape = (
             request.template,
@@ -391,7 +400,18 @@ class Ledger:
             policy,
             request.where,
         )
-        return self._candidates.best(shape, self._nodes, ask, avoid)
+        found = self._candidates.best(shape, self._nodes, ask, avoid)
+        if found is not None:
+            return found
+        # Nothing fits outside `avoid`: the loop's reasons, in its order.
+        misses = self._candidates.misses(shape)
+        reasons: dict[str, Reason] = {}
+        for name in self._names:
+            reason = Reason.FAILED_BEFORE if name in avoid else misses.get(name)
+            if reason is None:
+                return None
+            reasons[name] = reason
+        return _no_fit(request, reasons)
 
     def _fit(self, inventory: NodeInventory, request: PodRequest, need: int, policy: Policy) -> Fit:
         fits = self._fits.setdefault(inventory.name, {})
@@ -486,6 +506,11 @@ class Ledger:
 
 
 _FitKey = tuple[str, str | None, ChargedSize | None, int, Policy, tuple[str, ...]]
+
+
+def _no_fit(request: PodRequest, reasons: dict[str, Reason]) -> NoFit:
+    charged = request.charged.describe() if request.charged is not None else ""
+    return NoFit(request.template, request.count, reasons, charged)
 
 
 def _offer(inventory: NodeInventory) -> list[tuple[str, list[TemplateResources]]]:
