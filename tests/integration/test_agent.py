@@ -33,11 +33,15 @@ def node(plane: LocalPlane) -> str:
 def agent(plane: LocalPlane, node: str, namespace: str, tmp_path: Path) -> Iterator[AgentProcess]:
     proc = AgentProcess(plane, tmp_path, [node]).start()
     yield proc
+    _release_then_stop(plane, namespace, proc)
+
+
+def _release_then_stop(plane: LocalPlane, namespace: str, agent: AgentProcess) -> None:
+    """The test's allocations go while the agent still runs (it destroys their
+    vNPUs and removes their finalizers); those of nodes nobody serves lose
+    their finalizer by hand. Left behind, they would stay on the shared plane
+    for later modules (a chart's uninstall hook counts every allocation)."""
     try:
-        # The test's allocations go while the agent still runs (it destroys their
-        # vNPUs and removes their finalizers); those of nodes nobody serves lose
-        # their finalizer by hand. Left behind, they would stay on the shared plane
-        # for later modules (a chart's uninstall hook counts every allocation).
         plane.kubectl("delete", names.ALLOCATION_PLURAL, "--all", "-n", namespace,
                       "--wait=false", check=False)  # fmt: skip
         try:
@@ -48,7 +52,7 @@ def agent(plane: LocalPlane, node: str, namespace: str, tmp_path: Path) -> Itera
                               "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
                               check=False)  # fmt: skip
     finally:
-        proc.kill(signal.SIGTERM)
+        agent.kill(signal.SIGTERM)
 
 
 def _allocations(plane: LocalPlane, namespace: str) -> list[str]:
@@ -159,7 +163,7 @@ def test_sigkill_between_create_and_status_leaves_no_leak_or_duplicate(
         wait_for("gone", lambda: get_alloc(plane, namespace, "crash") is None)
         assert vnpu_ids(agent.sim(node)) == {}
     finally:
-        agent.kill(signal.SIGTERM)
+        _release_then_stop(plane, namespace, agent)
 
 
 def test_reboot_replay_keeps_live_vnpus_and_collects_orphans(
@@ -193,7 +197,7 @@ def test_reboot_replay_keeps_live_vnpus_and_collects_orphans(
             f'vnpu_agent_gc_actions_total{{node="{node}",reason="orphan"}} 1.0' in agent.metrics()
         )
     finally:
-        agent.kill(signal.SIGTERM)
+        _release_then_stop(plane, namespace, agent)
 
 
 def test_reboot_without_replay_recreates_live_vnpus(
@@ -360,3 +364,46 @@ def test_unhealthy_chip_is_reflected_in_conditions_inventory_and_events(
     assert 117 in vnpu_ids(agent.sim(node))  # an unhealthy chip is reported, not emptied
     agent.sim(node).set_chip_health(1, True)
     wait_for("Healthy True again", lambda: healthy_condition() == "True")
+
+
+def test_an_allocation_that_outlived_its_namespace_is_released_as_docs_helm_says(
+    plane: LocalPlane, node: str
+) -> None:
+    """A namespace can go while an allocation in it still has its finalizer: seen
+    on this plane after an API server restart (test_agent_apiserver_restart), when
+    the namespace controller finished a namespace whose custom resources it did not
+    list. The object then refuses every write, the documented patch included;
+    docs/HELM.md, Uninstall, says to create the namespace again first. Here the
+    namespace is finalized by hand, as the controller did."""
+    ns = f"orphan-{next(_counter)}"
+    plane.kubectl("create", "namespace", ns)
+    create(plane, ns, allocation("stranded", node=node, vnpu_id=110))
+    plane.kubectl("delete", "namespace", ns, "--wait=false")
+    wait_for(
+        "the namespace controller deleting the allocation",
+        lambda: (
+            (get_alloc(plane, ns, "stranded") or {}).get("metadata", {}).get("deletionTimestamp")
+        ),
+        timeout=60,
+    )
+    finalized = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": ns}, "spec": {"finalizers": []}}  # fmt: skip
+    plane.kubectl("replace", "--raw", f"/api/v1/namespaces/{ns}/finalize", "-f", "-",
+                  input=json.dumps(finalized))  # fmt: skip
+    wait_for(
+        "the namespace gone",
+        lambda: plane.kubectl("get", "namespace", ns, check=False).returncode != 0,
+    )
+    assert get_alloc(plane, ns, "stranded") is not None  # outlived its namespace
+
+    patch = ("patch", "vnpua", "stranded", "-n", ns, "--type=merge",
+             "-p", '{"metadata":{"finalizers":null}}')  # fmt: skip
+    refused = plane.kubectl(*patch, check=False)
+    assert refused.returncode != 0
+    assert f'namespaces "{ns}" not found' in refused.stderr, refused.stderr
+    plane.kubectl("create", "namespace", ns)
+    try:
+        plane.kubectl(*patch)
+        wait_for("the allocation gone", lambda: get_alloc(plane, ns, "stranded") is None)
+    finally:
+        plane.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -717,22 +717,36 @@ def test_uninstall_refuses_while_allocations_exist_then_clears_the_nodes(
     plane: LocalPlane, release: str, tmp_path: Path
 ) -> None:
     # The hook counts every VNPUAllocation of the cluster: earlier modules on this
-    # shared plane may have left some whose agents are gone. Cleared first, so the
-    # refusal below is about this test's allocation alone. Their pods go too:
-    # this release's operator runs, and would place a pod left waiting again.
+    # shared plane may have left some whose agents are gone. Cleared first, as
+    # docs/HELM.md (Uninstall) says, so the refusal below is about this test's
+    # allocation alone. Their pods go too: this release's operator runs, and would
+    # place a pod left waiting again.
+    left_over: list[str] = []
+
     def none_left() -> bool:
         items = (get_json(plane, names.ALLOCATION_PLURAL, "-A") or {}).get("items", [])
+        left_over[:] = [_describe(item) for item in items]
         for left in items:
             namespace = left["metadata"]["namespace"]
+            if plane.kubectl("get", "namespace", namespace, check=False).returncode != 0:
+                # It outlived its namespace (an API server restart of an earlier module
+                # hid the CRDs from the namespace controller): writes need it back.
+                plane.kubectl("create", "namespace", namespace, check=False)
             where = ["-n", namespace, names.ALLOCATION_PLURAL, left["metadata"]["name"]]
             pod = ["-n", namespace, "pod", left["spec"]["podName"]]
             for obj in (pod, where):
-                plane.kubectl("patch", *obj, "--type=merge", "-p",
-                              '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
-                plane.kubectl("delete", *obj, "--wait=false", check=False)
+                for verb in (["patch", *obj, "--type=merge", "-p",
+                              '{"metadata":{"finalizers":null}}'],
+                             ["delete", *obj, "--wait=false"]):  # fmt: skip
+                    done = plane.kubectl(*verb, check=False)
+                    if done.returncode != 0 and "NotFound" not in done.stderr:
+                        left_over.append(f"{verb[0]} {obj[-1]}: {done.stderr.strip()}")
         return not items
 
-    wait_for("no VNPUAllocation left", none_left, timeout=90, interval=1)
+    try:
+        wait_for("no VNPUAllocation left", none_left, timeout=90, interval=1)
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}; still there: {left_over}") from None
     # The release's pods where no kwok node is (kwok would complete the hook's Job itself).
     helm(plane, "upgrade", release, str(CHART), "-n", NAMESPACE, "--reuse-values",
          "--set-string", "operator.nodeSelector.vnpu-test/no-such-node=true")  # fmt: skip
@@ -777,6 +791,18 @@ def test_uninstall_refuses_while_allocations_exist_then_clears_the_nodes(
     assert PRE_DELETE not in left, left
     for kind in ("clusterrole", "clusterrolebinding"):
         assert plane.kubectl("get", kind, PRE_DELETE, check=False).returncode != 0
+
+
+def _describe(item: dict[str, Any]) -> str:
+    """One allocation as a failure message needs it: who owns it and what holds it."""
+    meta = item["metadata"]
+    owners = [f"{o['kind']}/{o['name']}" for o in meta.get("ownerReferences", [])]
+    return (
+        f"{meta['namespace']}/{meta['name']} pod={item['spec'].get('podName')} "
+        f"node={item['spec'].get('nodeName')} owners={owners} "
+        f"finalizers={meta.get('finalizers')} deleting={meta.get('deletionTimestamp')} "
+        f"created={meta.get('creationTimestamp')} phase={item.get('status', {}).get('phase')}"
+    )
 
 
 def test_uninstall_leaves_nothing_but_the_crds(plane: LocalPlane, release: str) -> None:
