@@ -389,13 +389,21 @@ async def fill_phase(run: Run) -> Filled:
     # From the freed pods' allocations gone (the capacity free) to the
     # waiting pods' allocations created (placed) and to the pods ungated.
     freed_at = [clock.all_gone(p.uid) for p in freed]
-    gone_to_placed = reuse_delays(freed_at, [clock.all_created(p.uid, count) for p in waiting])
+    taken_at = [clock.all_created(p.uid, count) for p in waiting]
+    gone_to_placed = reuse_delays(freed_at, taken_at)
     gone_to_ungated = reuse_delays(freed_at, [p.ungated for p in waiting])
     run.out["fill"] = {
         "created": len(fill), "placed": len(placed), "waiting": len(waiting),
         "freed": len(freed), "wait_to_place": report.summary(w2p, (50, 99)),
         "gone_to_placed": report.summary(gone_to_placed, (50, 99)),
         "gone_to_ungated": report.summary(gone_to_ungated, (50, 99)),
+        # The release as it went, seconds after the deletions: the k-th
+        # capacity freed (all of a freed pod's allocations gone) and the k-th
+        # waiting pod placed (all of its allocations created), both sorted.
+        "release_series": {
+            "freed": [round(t - t_free, 3) for t in sorted(x for x in freed_at if x)],
+            "placed": [round(t - t_free, 3) for t in sorted(x for x in taken_at if x)],
+        },
         "ungate_latency_burst": report.summary(
             [x for p in placed if (x := p.ungate_latency()) is not None]),
     }  # fmt: skip
