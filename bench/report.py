@@ -350,6 +350,8 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
     row("fill: placed / waiting / freed", f"{f2['placed']} / {f2['waiting']} / {f2['freed']}")
     for key, label in (
         ("gone_to_placed", "allocations gone -> waiting pod placed"),
+        ("gone_to_creates_sent", "  of which: -> operator sent the creates"),
+        ("creates_sent_to_placed", "  of which: creates sent -> placed (API)"),
         ("gone_to_ungated", "allocations gone -> waiting pod ungated"),
         ("wait_to_place", "pods deleted -> waiting pod ungated"),
     ):

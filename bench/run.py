@@ -38,7 +38,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from bench import floors, load, report, stacks, steps, timeline
+from bench import floors, load, release, report, stacks, steps, timeline
 from bench.allocclock import AllocationClock, reuse_delays
 from bench.cluster import (
     Cluster,
@@ -391,17 +391,26 @@ async def fill_phase(run: Run) -> Filled:
     freed_at = [clock.all_gone(p.uid) for p in freed]
     taken_at = [clock.all_created(p.uid, count) for p in waiting]
     gone_to_placed = reuse_delays(freed_at, taken_at)
+    audit = cluster.plane.audit_log
+    sent = release.creates_sent(
+        report.audit_events(audit, run.audit_mark, audit.stat().st_size),
+        [p.name for p in waiting],
+        time.time() - time.monotonic(),
+    )
+    sent_at = [sent.get(p.name) for p in waiting]
     gone_to_ungated = reuse_delays(freed_at, [p.ungated for p in waiting])
     run.out["fill"] = {
         "created": len(fill), "placed": len(placed), "waiting": len(waiting),
         "freed": len(freed), "wait_to_place": report.summary(w2p, (50, 99)),
         "gone_to_placed": report.summary(gone_to_placed, (50, 99)),
         "gone_to_ungated": report.summary(gone_to_ungated, (50, 99)),
+        **release.split(freed_at, sent_at, taken_at),
         # The release as it went, seconds after the deletions: the k-th
         # capacity freed (all of a freed pod's allocations gone) and the k-th
         # waiting pod placed (all of its allocations created), both sorted.
         "release_series": {
             "freed": [round(t - t_free, 3) for t in sorted(x for x in freed_at if x)],
+            "creates_sent": [round(t - t_free, 3) for t in sorted(x for x in sent_at if x)],
             "placed": [round(t - t_free, 3) for t in sorted(x for x in taken_at if x)],
         },
         "ungate_latency_burst": report.summary(
