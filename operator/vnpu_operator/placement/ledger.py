@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 
 from vnpu_common.api.models import TemplateResources
@@ -335,9 +335,9 @@ class Ledger:
                 )
             if len(existing) == request.count:
                 return Placement(node=existing[0].node, allocations=tuple(existing))
-            candidates = [existing[0].node]
+            candidates: Sequence[str] = (existing[0].node,)
         else:
-            candidates = list(self._names)
+            candidates = self._names
             if not self._claims:
                 fast = self._best_candidate(request, request.count, policy, avoid)
                 if isinstance(fast, NoFit):
