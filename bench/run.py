@@ -379,6 +379,8 @@ async def fill_phase(run: Run) -> Filled:
     run.count(await asyncio.to_thread(report.correctness_snapshot, cluster, final=False))
     run.correctness["fill_pods_stuck_gated"] = max(0, capacity - len(placed))
     freed = placed[: len(waiting)]
+    audit = cluster.plane.audit_log
+    release_mark = audit.stat().st_size
     t_free = time.monotonic()
     for p in freed:
         driver.spawn(driver.delete(p))
@@ -391,9 +393,8 @@ async def fill_phase(run: Run) -> Filled:
     freed_at = [clock.all_gone(p.uid) for p in freed]
     taken_at = [clock.all_created(p.uid, count) for p in waiting]
     gone_to_placed = reuse_delays(freed_at, taken_at)
-    audit = cluster.plane.audit_log
     sent = release.creates_sent(
-        report.audit_events(audit, run.audit_mark, audit.stat().st_size),
+        report.audit_events(audit, release_mark, audit.stat().st_size),
         [p.name for p in waiting],
         time.time() - time.monotonic(),
     )
