@@ -381,11 +381,17 @@ async def fill_phase(run: Run) -> Filled:
     freed = placed[: len(waiting)]
     audit = cluster.plane.audit_log
     release_mark = audit.stat().st_size
+    sampler = stacks.Sampler(our_pids(cluster), cluster.workdir, "release") if args.pyspy else None
+    if sampler:
+        sampler.start()
     t_free = time.monotonic()
     for p in freed:
         driver.spawn(driver.delete(p))
     await driver.drain()
     await load.wait_until(tracker, lambda: all(p.ungated for p in waiting), args.timeout)
+    if sampler:
+        sampled = await asyncio.to_thread(sampler.stop)
+        run.out["release_stacks"] = {k: v.to_json() for k, v in sampled.items()}
     w2p = [p.ungated - t_free for p in waiting if p.ungated]
     run.correctness["waiting_pods_stuck_gated"] = sum(1 for p in waiting if not p.ungated)
     # From the freed pods' allocations gone (the capacity free) to the
@@ -755,8 +761,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--pyspy",
         action="store_true",
         help="sample the operator's and agents' Python stacks with py-spy during the churn "
-        "and report where their CPU went (bench/stacks.py); with --workdir the raw stacks "
-        "stay there as <process>.pyspy.txt",
+        "and the fill's release and report where their CPU went (bench/stacks.py); with "
+        "--workdir the raw stacks stay there as <process>.pyspy.txt and "
+        "release-<process>.pyspy.txt",
     )
     p.add_argument(
         "--floors",

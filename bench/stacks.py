@@ -107,19 +107,21 @@ def pyspy() -> str:
 class Sampler:
     """py-spy on each of `pids` ({process name: pid}) from `start` to `stop`."""
 
-    def __init__(self, pids: Mapping[str, int], workdir: Path) -> None:
+    def __init__(self, pids: Mapping[str, int], workdir: Path, phase: str = "") -> None:
         self.pids = dict(pids)
         self.workdir = workdir
+        # Files of a later phase's sampling beside the churn's: `<phase>-<process>.pyspy.*`.
+        self.prefix = f"{phase}-" if phase else ""
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[IO[bytes]] = []
 
     def _raw(self, name: str) -> Path:
-        return self.workdir / f"{name}.pyspy.txt"
+        return self.workdir / f"{self.prefix}{name}.pyspy.txt"
 
     def start(self) -> None:
         exe = pyspy()
         for name, pid in self.pids.items():
-            log = open(self.workdir / f"{name}.pyspy.log", "wb")  # noqa: SIM115 (closed in stop)
+            log = open(self.workdir / f"{self.prefix}{name}.pyspy.log", "wb")  # noqa: SIM115 (closed in stop)
             self._logs.append(log)
             self._procs[name] = subprocess.Popen(
                 [exe, "record", "--pid", str(pid), "--rate", str(RATE), "--nonblocking",
