@@ -359,6 +359,17 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
             row(
                 f"  {label}", "  ".join(f"{p} {fmt(f2[key].get(p))}" for p in ("p50", "p99", "max"))
             )
+    served = f2.get("served") or {}
+    for key, label in (
+        ("gone_to_placed", "as served: freed -> placed"),
+        ("gone_to_creates_sent", "  of which: -> operator sent the creates"),
+        ("creates_sent_to_placed", "  of which: creates sent -> served"),
+    ):
+        if key in served:
+            row(
+                f"  {label}",
+                "  ".join(f"{p} {fmt(served[key].get(p))}" for p in ("p50", "p99", "max")),
+            )
     w = r["writes_per_lifecycle"]
     print(f"-- our writes per pod lifecycle (churn, {w['pods']} pods)")
     for k, v in w["about_pod"].items():

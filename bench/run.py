@@ -399,19 +399,33 @@ async def fill_phase(run: Run) -> Filled:
     freed_at = [clock.all_gone(p.uid) for p in freed]
     taken_at = [clock.all_created(p.uid, count) for p in waiting]
     gone_to_placed = reuse_delays(freed_at, taken_at)
-    sent = release.creates_sent(
-        report.audit_events(audit, release_mark, audit.stat().st_size),
-        [p.name for p in waiting],
-        time.time() - time.monotonic(),
-    )
+    events = report.audit_events(audit, release_mark, audit.stat().st_size)
+    offset = time.time() - time.monotonic()
+    sent = release.creates_sent(events, [p.name for p in waiting], offset)
     sent_at = [sent.get(p.name) for p in waiting]
+    served_free, served_placed = release.committed(
+        events, [p.name for p in freed], [p.name for p in waiting], count, offset
+    )
+    served_freed_at = [served_free.get(p.name) for p in freed]
+    served_taken_at = [served_placed.get(p.name) for p in waiting]
     gone_to_ungated = reuse_delays(freed_at, [p.ungated for p in waiting])
+
+    def since_free(times: list[float | None]) -> list[float]:
+        return [round(t - t_free, 3) for t in sorted(x for x in times if x)]
+
     run.out["fill"] = {
         "created": len(fill), "placed": len(placed), "waiting": len(waiting),
         "freed": len(freed), "wait_to_place": report.summary(w2p, (50, 99)),
         "gone_to_placed": report.summary(gone_to_placed, (50, 99)),
         "gone_to_ungated": report.summary(gone_to_ungated, (50, 99)),
         **release.split(freed_at, sent_at, taken_at),
+        # Both ends as the API server served them (bench/release.py): the
+        # benchmark's watch, which stamps the two above, lags when busy.
+        "served": {
+            "gone_to_placed": report.summary(
+                reuse_delays(served_freed_at, served_taken_at), (50, 99)),
+            **release.split(served_freed_at, sent_at, served_taken_at),
+        },
         # The release as it went, seconds after the deletions: the k-th
         # capacity freed (all of a freed pod's allocations gone) and the k-th
         # waiting pod placed (all of its allocations created), both sorted.
@@ -419,6 +433,8 @@ async def fill_phase(run: Run) -> Filled:
             "freed": [round(t - t_free, 3) for t in sorted(x for x in freed_at if x)],
             "creates_sent": [round(t - t_free, 3) for t in sorted(x for x in sent_at if x)],
             "placed": [round(t - t_free, 3) for t in sorted(x for x in taken_at if x)],
+            "served_freed": since_free(served_freed_at),
+            "served_placed": since_free(served_taken_at),
         },
         "ungate_latency_burst": report.summary(
             [x for p in placed if (x := p.ungate_latency()) is not None]),
