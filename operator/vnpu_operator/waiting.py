@@ -2,8 +2,8 @@
 when each is retried.
 
 A pod enters the line when placement finds nothing that fits
-(`PodState.waiting_since`, set by the PLACE step) and leaves it when booked,
-deleted, ended or given up. When capacity may have grown, the oldest `WIDTH`
+(`PodState.waiting_since`, set by the PLACE step, which calls `enter`) and
+leaves it when booked, deleted, ended or given up. When capacity may have grown, the oldest `WIDTH`
 pods of each request shape are retried (`retry`), once per burst of changes;
 when one leaves the line (`stop`), the next alike pod takes its place."""
 
@@ -43,6 +43,15 @@ class WaitingLine:
         self.kick = kick
         self.width = width
         self._pending: asyncio.Handle | None = None
+        # The pods that entered the line, some of which may have left it
+        # since (`order` drops those): the line is read on every capacity
+        # change, and walking every pod's state there was a twentieth of the
+        # operator's CPU in a release at 1000 nodes with 2000 pods running.
+        self._entered: dict[str, None] = {}
+
+    def enter(self, uid: str) -> None:
+        """The pod found no fit (its state's `waiting_since` is set)."""
+        self._entered[uid] = None
 
     @property
     def pending(self) -> bool:
@@ -51,7 +60,16 @@ class WaitingLine:
 
     def order(self) -> list[str]:
         """Pods waiting for capacity, oldest first."""
-        waiting = [(s.waiting_since, uid) for uid, s in self.states.items() if s.waiting_since]
+        waiting: list[tuple[float, str]] = []
+        left: list[str] = []
+        for uid in self._entered:
+            state = self.states.get(uid)
+            if state is None or state.waiting_since is None:
+                left.append(uid)
+            else:
+                waiting.append((state.waiting_since, uid))
+        for uid in left:
+            del self._entered[uid]
         return [uid for _, uid in sorted(waiting)]
 
     def waiting_pods(self) -> list[WaitingPod]:
@@ -59,8 +77,8 @@ class WaitingLine:
         holds is about to be forgotten, and is left out)."""
         now = self.clock()
         out: list[WaitingPod] = []
-        for uid, state in self.states.items():
-            pod = self.pods.get(uid)
+        for uid in self.order():
+            state, pod = self.states[uid], self.pods.get(uid)
             if state.waiting_since is None or pod is None:
                 continue
             meta = pod.get("metadata") or {}

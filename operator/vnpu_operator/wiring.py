@@ -102,7 +102,7 @@ def build_controller(
     )
     placer = Placer(
         api, notices, ledger, expect, settings, metrics, preemption,
-        stopped_waiting=waiting_line.stop,
+        stopped_waiting=waiting_line.stop, started_waiting=waiting_line.enter,
     )  # fmt: skip
     pinner = Pinner(api, notices, ledger, expect, metrics, labels=inventories.labels, clock=clock)
     controller = Controller(

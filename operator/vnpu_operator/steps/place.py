@@ -48,11 +48,15 @@ class Placer:
         metrics: OperatorMetrics,
         preemption: Preemption,
         stopped_waiting: Callable[[PodState], None] = lambda state: None,
+        started_waiting: Callable[[str], None] = lambda uid: None,
     ) -> None:
         """`stopped_waiting(state)`: a waiting pod was just booked (not yet
-        created); the next alike waiting pod may fit too."""
+        created); the next alike waiting pod may fit too.
+        `started_waiting(uid)`: the pod found no fit and is waiting (its
+        state's `waiting_since` set)."""
         self.api = api
         self.stopped_waiting = stopped_waiting
+        self.started_waiting = started_waiting
         self.preemption = preemption
         self.notices = notices
         self.ledger = ledger
@@ -99,6 +103,7 @@ class Placer:
             state.waiting_shape = self._nofits.signature(
                 self.ledger, request, frozenset(state.avoid)
             )
+            self.started_waiting(request.uid)
             self.metrics.placement_failures.labels(result.primary_reason.value).inc()
             if await self.preemption.after_nofit(pod, state, request, result):
                 return
