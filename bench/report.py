@@ -359,6 +359,13 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
             row(
                 f"  {label}", "  ".join(f"{p} {fmt(f2[key].get(p))}" for p in ("p50", "p99", "max"))
             )
+    if "release_cpu_seconds" in f2:
+        spent = f2["release_cpu_seconds"]
+        top = sorted(spent.items(), key=lambda x: -x[1])[:6]
+        row(
+            f"  release's CPU s in {f2['release_window_s']:.1f}s (total {sum(spent.values()):.1f})",
+            ", ".join(f"{k} {v:.1f}" for k, v in top),
+        )
     served = f2.get("served") or {}
     for key, label in (
         ("gone_to_placed", "as served: freed -> placed"),

@@ -384,11 +384,16 @@ async def fill_phase(run: Run) -> Filled:
     sampler = stacks.Sampler(our_pids(cluster), cluster.workdir, "release") if args.pyspy else None
     if sampler:
         sampler.start()
+    release_cpu = CpuWindow(cluster)
+    release_cpu.start()
     t_free = time.monotonic()
     for p in freed:
         driver.spawn(driver.delete(p))
     await driver.drain()
     await load.wait_until(tracker, lambda: all(p.ungated for p in waiting), args.timeout)
+    # Whom the release's CPU went to: on 2 cores, a delay no process's own
+    # work explains is the wait for a core.
+    release_spent = release_cpu.stop()
     if sampler:
         sampled = await asyncio.to_thread(sampler.stop)
         run.out["release_stacks"] = {k: v.to_json() for k, v in sampled.items()}
@@ -416,6 +421,8 @@ async def fill_phase(run: Run) -> Filled:
     run.out["fill"] = {
         "created": len(fill), "placed": len(placed), "waiting": len(waiting),
         "freed": len(freed), "wait_to_place": report.summary(w2p, (50, 99)),
+        "release_window_s": round(release_spent["window_s"], 2),
+        "release_cpu_seconds": release_spent["cpu_seconds"],
         "gone_to_placed": report.summary(gone_to_placed, (50, 99)),
         "gone_to_ungated": report.summary(gone_to_ungated, (50, 99)),
         **release.split(freed_at, sent_at, taken_at),
