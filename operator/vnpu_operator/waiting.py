@@ -32,15 +32,19 @@ class WaitingLine:
         *,
         clock: Callable[[], float],
         kick: Callable[[str], None] = lambda _uid: None,
+        still_waits: Callable[[Raw, PodState], bool] = lambda _pod, _state: False,
         width: int = WIDTH,
     ) -> None:
         """`states`, `pods`: the controller's records and cache of pods (by
         uid); `kick(uid)`: reconcile a pod (the controller's queue: a pod
-        already queued is not queued twice)."""
+        already queued is not queued twice); `still_waits(pod, state)`: a
+        retry would find what the pod was last told (it keeps its turn
+        without one)."""
         self.states = states
         self.pods = pods
         self.clock = clock
         self.kick = kick
+        self.still_waits = still_waits
         self.width = width
         self._pending: asyncio.Handle | None = None
         # The pods that entered the line, some of which may have left it
@@ -127,7 +131,9 @@ class WaitingLine:
             if turns >= self.width:
                 continue
             taken[shape] = turns + 1
-            self.kick(uid)
+            pod = self.pods.get(uid)
+            if pod is None or not self.still_waits(pod, self.states[uid]):
+                self.kick(uid)
 
     def stop(self, state: PodState) -> None:
         """The pod waits no more: booked (the capacity may hold the next

@@ -122,6 +122,7 @@ def build_controller(
     inventories.refreshed = advertiser.changed
     advertiser.ready = controller.is_synced
     waiting_line.kick = controller.kick
+    waiting_line.still_waits = placer.still_waits
     preemption.kick = controller.kick
     preemption.grew = controller.kick_waiting
 

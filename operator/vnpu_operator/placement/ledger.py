@@ -373,6 +373,18 @@ class Ledger:
             return _no_fit(request, reasons)
         return self._book(request, best[1], best[2], first_index)
 
+    def peek(
+        self, request: PodRequest, policy: Policy = Policy.BINPACK, avoid: Collection[str] = ()
+    ) -> NoFit | None:
+        """The NoFit `place` would answer now, booking nothing; None where
+        the request may fit, or where only `place` can tell (the pod holds
+        part of its booking, a preempting pod's claim is in force, or the
+        kept answers do not cover every node)."""
+        if self.allocations_for(request.uid) or self._claims:
+            return None
+        found = self._best_candidate(request, request.count, policy, avoid)
+        return found if isinstance(found, NoFit) else None
+
     def _best_candidate(
         self, request: PodRequest, need: int, policy: Policy, avoid: Collection[str]
     ) -> tuple[str, list[tuple[int, int]]] | NoFit | None:

@@ -50,6 +50,21 @@ class NoFitMemo:
             return None
         return _signature(request, avoid)
 
+    def peek(
+        self, ledger: Ledger, request: PodRequest, policy: Policy, *, avoid: frozenset[str]
+    ) -> NoFit | None:
+        """`ledger.peek`, remembered as `place` remembers its NoFits."""
+        signature = self.signature(ledger, request, avoid)
+        if signature is None:
+            return None
+        cached = self._nofits.get(signature)
+        if cached is not None:
+            return cached
+        result = ledger.peek(request, policy, avoid)
+        if result is not None:
+            self._nofits[signature] = result
+        return result
+
     def place(
         self,
         ledger: Ledger,

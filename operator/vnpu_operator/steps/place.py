@@ -31,7 +31,7 @@ from vnpu_operator.placement import (
 )
 from vnpu_operator.placement.nofit_memo import NoFitMemo
 from vnpu_operator.podstate import Expectations, PodState, Write
-from vnpu_operator.steps.preempt import Preemption
+from vnpu_operator.steps.preempt import Preemption, never_preempts
 
 # The logger keeps its name from before the move into steps/: log lines read as before.
 log = logging.getLogger("vnpu_operator.placing")
@@ -67,6 +67,25 @@ class Placer:
 
     def capacity_grew(self) -> None:
         self._nofits.capacity_grew()
+
+    def still_waits(self, pod: Raw, state: PodState) -> bool:
+        """Whether placing the waiting pod now would only find the NoFit it
+        was last told, so that a retry would change nothing. A release at
+        1000 nodes grows capacity hundreds of times, a quarter of a pod's
+        worth at a time, and each retried the oldest alike pods (a
+        reconcile each) to find what the first of them found. A pod that
+        may preempt is always retried: its plan depends on more than what
+        fits."""
+        if self.preemption.enabled and not never_preempts(pod):
+            return False
+        try:
+            request = PodRequest.from_pod(pod)
+        except InvalidRequestError:
+            return False
+        nofit = self._nofits.peek(
+            self.ledger, request, self.settings.placement_policy, avoid=frozenset(state.avoid)
+        )
+        return nofit is not None and nofit.message == state.condition
 
     async def place(
         self, pod: Raw, state: PodState, *, existing: Collection[str], cached: Collection[str]

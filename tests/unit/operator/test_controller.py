@@ -535,24 +535,81 @@ async def full_of_big(nodes: int, pods: int) -> World:
     return w
 
 
-async def test_a_release_retries_the_oldest_alike_waiting_pods_not_all(
+async def test_a_release_retries_the_oldest_alike_waiting_pods_it_can_change_not_all(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     w = await full_of_big(1, 1 + WIDTH + 3)
     waiting = [f"u{i}" for i in range(1, WIDTH + 4)]
     assert w.controller.waiting() == waiting
     seen = count_reconciles(w, monkeypatch)
-    for body in release(w, "u0"):
-        # One allocation at a time, as a busy agent's finalizer removals come.
-        w.controller.allocation_gone(body)
-        await w.settle()
+    first, second = release(w, "u0")
+    # One allocation at a time, as a busy agent's finalizer removals come.
+    w.controller.allocation_gone(first)
+    await w.settle()
+    # Half the room a big pod needs: every waiting pod would find what it
+    # was told ("insufficient AICore"), so none is reconciled for it.
+    assert set(seen) == {"u0"}
+    w.controller.allocation_gone(second)
+    await w.settle()
     assert w.created()[-1]["spec"]["podUID"] == "u1"
-    # The oldest WIDTH tried at each release; once u1 was booked, the next
-    # in line (u2..u{WIDTH+1}: nothing left for them). The youngest two
-    # would have found the same and were never asked.
-    assert sorted(set(seen) - {"u0"}, key=lambda u: int(u[1:])) == waiting[: WIDTH + 1]
-    assert seen.count("u1") == 2
+    # Room for one: the oldest WIDTH tried at once, u1 booked, the others
+    # found the node full again. Once u1 was booked, the next in line
+    # (u{WIDTH+1}) would have found the same and was never asked.
+    assert sorted(set(seen) - {"u0"}, key=lambda u: int(u[1:])) == waiting[:WIDTH]
+    assert seen.count("u1") == 1
     assert w.controller.waiting() == waiting[1:]
+
+
+async def test_a_waiting_pod_is_retried_when_its_answer_changes_though_it_still_does_not_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w = await full_of_big(1, 3)
+    told = "0/1 nodes can host 2 x vir10_3c_32g: 1 insufficient AICore"
+    assert w.api.of("set_pod_condition") == [("False", "WaitingForCapacity", told)] * 2
+    seen = count_reconciles(w, monkeypatch)
+    # A node that offers other templates: still no fit, but another answer.
+    w.add_node("n2", model="310P3")
+    await w.settle()
+    waited = [u for u in seen if u != "u0"]  # the running pod hears of the node too
+    assert sorted(waited) == ["u1", "u2"]
+    now = "0/2 nodes can host 2 x vir10_3c_32g: 1 template not offered, 1 insufficient AICore"
+    assert w.api.of("set_pod_condition")[2:] == [("False", "WaitingForCapacity", now)] * 2
+    # Capacity "grew" again with nothing changed: nobody is asked.
+    w.controller.kick_waiting()
+    await w.settle()
+    assert [u for u in seen if u != "u0"] == waited
+
+
+async def waiting_preemptor(never: bool) -> World:
+    """One full node and a waiting pod of higher priority that may preempt
+    (or, with `never`, whose preemptionPolicy is Never)."""
+    w = World(preemption=True)
+    w.add_node("n1")
+    w.controller.mark_synced()
+    w.controller.pod_event("ADDED", big(0))
+    await w.settle()
+    w.echo_created()
+    eager = big(1)
+    eager["spec"]["priority"] = 1000
+    if never:
+        eager["spec"]["preemptionPolicy"] = "Never"
+    w.controller.pod_event("ADDED", eager)
+    await w.settle()
+    assert w.controller.waiting() == ["u1"]
+    return w
+
+
+@pytest.mark.parametrize("never", [False, True])
+async def test_a_pod_that_may_preempt_is_retried_on_every_capacity_change(
+    never: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = await waiting_preemptor(never)
+    seen = count_reconciles(w, monkeypatch)
+    w.controller.kick_waiting()
+    await w.settle()
+    # Its plan depends on the running pods, not only on what fits: retried
+    # though the answer is the same. One that never preempts is not.
+    assert seen == ([] if never else ["u1"])
 
 
 async def test_alike_waiting_pods_are_placed_in_parallel_not_one_loop_turn_each() -> None:

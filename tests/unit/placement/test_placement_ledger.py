@@ -460,3 +460,21 @@ def test_an_allocation_gone_without_its_agent_keeps_its_vnpu_counted() -> None:
     # Finalizer removed by someone else: the vNPU may well exist.
     ledger.remove_allocation(allocs[0].key)
     assert isinstance(ledger.place(request("late"), Policy.BINPACK), NoFit)
+
+
+def test_peek_answers_the_nofit_place_would_and_books_nothing() -> None:
+    ledger = ledger_with(node("a"), node("b", "310P3"))
+    big = request("big", "vir10_3c_32g", 2, uid="u-big")
+    assert ledger.peek(big) is None  # it fits on a
+    assert ledger.allocations_for("u-big") == []
+    first = ledger.place(big)
+    assert isinstance(first, Placement)
+    other = request("other", "vir10_3c_32g", 2, uid="u-other")
+    peeked = ledger.peek(other)
+    assert isinstance(peeked, NoFit)
+    assert peeked.node_reasons == {"a": Reason.INSUFFICIENT_AICORE, "b": Reason.TEMPLATE_NOT_OFFERED}
+    placed_answer = ledger.place(other)
+    assert isinstance(placed_answer, NoFit)
+    assert placed_answer.message == peeked.message
+    # A pod holding part of its booking: only `place` can tell.
+    assert ledger.peek(request("big", "vir10_3c_32g", 3, uid="u-big")) is None
