@@ -472,7 +472,10 @@ def test_peek_answers_the_nofit_place_would_and_books_nothing() -> None:
     other = request("other", "vir10_3c_32g", 2, uid="u-other")
     peeked = ledger.peek(other)
     assert isinstance(peeked, NoFit)
-    assert peeked.node_reasons == {"a": Reason.INSUFFICIENT_AICORE, "b": Reason.TEMPLATE_NOT_OFFERED}
+    assert peeked.node_reasons == {
+        "a": Reason.INSUFFICIENT_AICORE,
+        "b": Reason.TEMPLATE_NOT_OFFERED,
+    }
     placed_answer = ledger.place(other)
     assert isinstance(placed_answer, NoFit)
     assert placed_answer.message == peeked.message
