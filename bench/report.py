@@ -348,6 +348,10 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
         row(label, value)
     f2 = r["fill"]
     row("fill: placed / waiting / freed", f"{f2['placed']} / {f2['waiting']} / {f2['freed']}")
+
+    def delays(summary: dict[str, Any]) -> str:
+        return "  ".join(f"{p} {fmt(summary.get(p))}" for p in ("p50", "p99", "max"))
+
     for key, label in (
         ("gone_to_placed", "allocations gone -> waiting pod placed"),
         ("gone_to_creates_sent", "  of which: -> operator sent the creates"),
@@ -356,9 +360,7 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
         ("wait_to_place", "pods deleted -> waiting pod ungated"),
     ):
         if key in f2:
-            row(
-                f"  {label}", "  ".join(f"{p} {fmt(f2[key].get(p))}" for p in ("p50", "p99", "max"))
-            )
+            row(f"  {label}", delays(f2[key]))
     if "release_cpu_seconds" in f2:
         spent = f2["release_cpu_seconds"]
         top = sorted(spent.items(), key=lambda x: -x[1])[:6]
@@ -373,10 +375,7 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
         ("creates_sent_to_placed", "  of which: creates sent -> served"),
     ):
         if key in served:
-            row(
-                f"  {label}",
-                "  ".join(f"{p} {fmt(served[key].get(p))}" for p in ("p50", "p99", "max")),
-            )
+            row(f"  {label}", delays(served[key]))
     w = r["writes_per_lifecycle"]
     print(f"-- our writes per pod lifecycle (churn, {w['pods']} pods)")
     for k, v in w["about_pod"].items():

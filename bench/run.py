@@ -437,9 +437,9 @@ async def fill_phase(run: Run) -> Filled:
         # capacity freed (all of a freed pod's allocations gone) and the k-th
         # waiting pod placed (all of its allocations created), both sorted.
         "release_series": {
-            "freed": [round(t - t_free, 3) for t in sorted(x for x in freed_at if x)],
-            "creates_sent": [round(t - t_free, 3) for t in sorted(x for x in sent_at if x)],
-            "placed": [round(t - t_free, 3) for t in sorted(x for x in taken_at if x)],
+            "freed": since_free(freed_at),
+            "creates_sent": since_free(sent_at),
+            "placed": since_free(taken_at),
             "served_freed": since_free(served_freed_at),
             "served_placed": since_free(served_taken_at),
         },

@@ -3,9 +3,11 @@ when each is retried.
 
 A pod enters the line when placement finds nothing that fits
 (`PodState.waiting_since`, set by the PLACE step, which calls `enter`) and
-leaves it when booked, deleted, ended or given up. When capacity may have grown, the oldest `WIDTH`
-pods of each request shape are retried (`retry`), once per burst of changes;
-when one leaves the line (`stop`), the next alike pod takes its place."""
+leaves it when booked, deleted, ended or given up. When capacity may have
+grown, the oldest `WIDTH` pods of each request shape are retried (`retry`),
+once per burst of changes, those whose answer would not change skipped
+(`still_waits`); when one leaves the line (`stop`), the next alike pod
+takes its place."""
 
 from __future__ import annotations
 
