@@ -393,6 +393,19 @@ async def burst_create(driver: Driver, pods: list[PodTimes]) -> float:
     return t0
 
 
+async def paced_delete(driver: Driver, pods: list[PodTimes], rate: float) -> float:
+    """Deletes `pods`, the i-th sent `i / rate` s after the first (all at
+    once when `rate` is 0), and waits for the calls; returns when the first
+    was sent."""
+    t0 = time.monotonic()
+    for i, pod in enumerate(pods):
+        if rate:
+            await asyncio.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+        driver.spawn(driver.delete(pod))
+    await driver.drain()
+    return t0
+
+
 async def delete_all(
     driver: Driver,
     pods: list[PodTimes],

@@ -348,6 +348,8 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
         row(label, value)
     f2 = r["fill"]
     row("fill: placed / waiting / freed", f"{f2['placed']} / {f2['waiting']} / {f2['freed']}")
+    rate = f2.get("release_rate")
+    row("  the freed pods deleted", f"at {rate:g}/s" if rate else "all at once")
 
     def delays(summary: dict[str, Any]) -> str:
         return "  ".join(f"{p} {fmt(summary.get(p))}" for p in ("p50", "p99", "max"))
