@@ -133,6 +133,10 @@ bench-rate: $(STAMP) plane-main ## floors and the sustainable rate (p99 ungated 
 bench-1000: $(STAMP) plane-main ## 1000 nodes x 8 chips, 4 agent processes, 1000 pods at 10/s, with the logic-free replay (about 17 min on 2 cores; bench/results-1000.json)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 1000 --agents 4 --pods 1000 --rate 10 --idle 20 --timeout 600 --no-floors --out bench/results-1000.json
 
+.PHONY: bench-1000-release
+bench-1000-release: $(STAMP) plane-main ## 1000 nodes, the fill's 100 freed pods deleted at 10/s (the rate 2 cores sustain) rather than at once: freed -> placed (about 11 min; bench/results-1000-release.json)
+	PYTHONPATH=$(PYPATH) $(PY) -m bench --nodes 1000 --agents 4 --pods 100 --rate 10 --release-rate 10 --idle 5 --timeout 600 --no-floors --no-floor-replay --out bench/results-1000-release.json
+
 .PHONY: bench-scale
 bench-scale: $(STAMP) plane-main ## operator and agent costs at 250, 500, 1000 and 2000 kwok nodes, 300 pods at 5/s each (bench/results-scale.json; most of an hour on 2 cores)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.scale --out bench/results-scale.json
