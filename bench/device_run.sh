@@ -139,8 +139,12 @@ main_runs() {
     # shellcheck disable=SC2086
     pinned results-1000 "$CORES_B" -m bench --nodes "${NODES_B:-1000}" --agents 4 --pods "${PODS_1000:-1000}" \
         --rate 20 --idle 30 --no-floors --timeout 300 --out "$OUT/results-1000.json" \
-        --timeline-out "$OUT/timeline-1000.json" ${MAIN_ARGS:-} &
+        --timeline-out "$OUT/timeline-1000.json" --apiserver-profile --workdir "$DEV/w1000" \
+        ${MAIN_ARGS:-} &
     wait
+    # No Go there: read them here with python -m bench.apiprofile <kube-apiserver> <files>.
+    mkdir -p "$OUT/apiserver-1000"
+    cp "$DEV"/w1000/release-apiserver-*.pprof "$OUT/apiserver-1000/" 2>/dev/null || true
     show "$OUT/results-200.log" "$OUT/results-1000.log"
 }
 

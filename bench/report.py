@@ -267,6 +267,23 @@ def burst_cpu_rows(burst: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def apiserver_rows(profiled: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The release's API server profile (bench/apiprofile.py) as rows."""
+    if not profiled:
+        return []
+    if "error" in profiled:
+        return [("  the API server's CPU (profile)", f"not read: {profiled['error']}")]
+
+    def shares(pairs: list[list[Any]]) -> str:
+        return ", ".join(f"{name} {share:.0%}" for name, share in pairs)
+
+    rows = [(f"  the API server's CPU ({profiled['cpu_seconds']:.1f} s profiled)",
+             shares(profiled["shares"]))]  # fmt: skip
+    if profiled.get("custom_resources"):
+        rows.append(("    custom resources by request", shares(profiled["custom_resources"])))
+    return rows
+
+
 def saturation_hint(r: dict[str, Any], cores: int, stuck_seconds: float) -> str | None:
     """Why pods counted stuck gated may be late rather than lost: the churn kept
     the machine's cores (nearly) all busy, or the logic-free floor itself kept
@@ -378,6 +395,8 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
     ):
         if key in served:
             row(f"  {label}", delays(served[key]))
+    for label, value in apiserver_rows(r.get("release_apiserver_cpu")):
+        row(label, value)
     w = r["writes_per_lifecycle"]
     print(f"-- our writes per pod lifecycle (churn, {w['pods']} pods)")
     for k, v in w["about_pod"].items():

@@ -38,7 +38,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from bench import floors, load, release, report, stacks, steps, timeline
+from bench import apiprofile, floors, load, release, report, stacks, steps, timeline
 from bench.allocclock import AllocationClock, reuse_delays
 from bench.cluster import (
     Cluster,
@@ -384,6 +384,11 @@ async def fill_phase(run: Run) -> Filled:
     sampler = stacks.Sampler(our_pids(cluster), cluster.workdir, "release") if args.pyspy else None
     if sampler:
         sampler.start()
+    profiler = None
+    if args.apiserver_profile:
+        kubectl = cluster.plane.binary("kubectl")
+        profiler = apiprofile.ProfileLoop(kubectl, cluster.plane.kubeconfig, cluster.workdir)
+        profiler.start()
     release_cpu = CpuWindow(cluster)
     release_cpu.start()
     # Paced (--release-rate), the release is timed at a rate the machine
@@ -397,6 +402,14 @@ async def fill_phase(run: Run) -> Filled:
     if sampler:
         sampled = await asyncio.to_thread(sampler.stop)
         run.out["release_stacks"] = {k: v.to_json() for k, v in sampled.items()}
+    if profiler:
+        files = await asyncio.to_thread(profiler.stop)
+        read = await asyncio.to_thread(
+            apiprofile.read, cluster.plane.binary("kube-apiserver"), files
+        )
+        if profiler.errors:
+            read["profile_errors"] = profiler.errors
+        run.out["release_apiserver_cpu"] = read
     # The k-th deletion paired with the k-th waiting pod ungated: when the
     # deletions are paced, time since the first would count the pacing.
     w2p = reuse_delays([p.delete_sent for p in freed], [p.ungated for p in waiting])
@@ -794,6 +807,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "and the fill's release and report where their CPU went (bench/stacks.py); with "
         "--workdir the raw stacks stay there as <process>.pyspy.txt and "
         "release-<process>.pyspy.txt",
+    )
+    p.add_argument(
+        "--apiserver-profile",
+        action="store_true",
+        help="take CPU profiles of the kube-apiserver through the fill's release and report "
+        "where its CPU went (bench/apiprofile.py; reading them needs Go); the profiles stay "
+        "in the workdir as release-apiserver-<n>.pprof",
     )
     p.add_argument(
         "--floors",
