@@ -212,7 +212,7 @@ class ChurnResult:
 def refused_by_webhook(error: str) -> bool:
     """A create the API server refused because no webhook answered (the
     availability refusals; a webhook's own denial is a 4xx with its reason)."""
-    return error.startswith("create ") and (" 500 " in error or "webhook" in error)
+    return error.startswith("create ") and (" 500 " in error or "failed calling webhook" in error)
 
 
 async def churn_with_kills(

@@ -22,7 +22,7 @@ from bench.watchloop import StampedWatch
 from localplane.pods import vnpu_pod
 from vnpu_common import names
 from vnpu_common.patches import JSON_PATCH
-from vnpu_common.rawcall import call, call_json
+from vnpu_common.rawcall import call, call_json, describe
 from vnpu_operator.lifecycle import containers_stopped
 
 BENCH_UA = "vnpu-bench/1"
@@ -201,7 +201,7 @@ class Driver:
             pod.created = time.monotonic()
             pod.uid = data["metadata"]["uid"]
         except ApiException as exc:
-            self.errors.append(f"create {pod.name}: {exc.status} {exc.reason}")
+            self.errors.append(f"create {pod.name}: {describe(exc)}")
             return
         if self.floor is not None:
             await self.floor.place(pod, body)
@@ -213,7 +213,7 @@ class Driver:
                 await call(self.core.delete_namespaced_pod, pod.name, self.namespace)
             pod.delete_called = time.monotonic()
         except ApiException as exc:
-            self.errors.append(f"delete {pod.name}: {exc.status} {exc.reason}")
+            self.errors.append(f"delete {pod.name}: {describe(exc)}")
             return
         if self.floor is not None:
             await self.floor.release(pod)
@@ -261,7 +261,7 @@ class FloorWriter:
         try:
             await call()
         except ApiException as exc:
-            self.errors.append(f"{what}: {exc.status} {exc.reason}")
+            self.errors.append(f"{what}: {describe(exc)}")
 
     async def place(self, pod: PodTimes, body: dict[str, Any]) -> None:
         g, v, ns, plural = names.GROUP, names.VERSION, self.namespace, names.ALLOCATION_PLURAL

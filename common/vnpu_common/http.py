@@ -14,7 +14,7 @@ async def serve_http(
     port: int,
     registry: CollectorRegistry,
     ready: Callable[[], bool],
-    not_ready: str,
+    not_ready: str | Callable[[], str],
 ) -> web.AppRunner:
     """/metrics, /healthz (the process answers) and /readyz (503 with
     `not_ready` until `ready()`). /metrics is the client library's own
@@ -28,7 +28,9 @@ async def serve_http(
     async def readyz(_: web.Request) -> web.Response:
         if ready():
             return web.Response(text="ok")
-        return web.Response(status=503, text=not_ready)
+        return web.Response(
+            status=503, text=not_ready if isinstance(not_ready, str) else not_ready()
+        )
 
     app = web.Application()
     app.router.add_get("/metrics", make_aiohttp_handler(registry))

@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import socket
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Sequence
 
@@ -42,16 +43,20 @@ def _ready(port: int) -> bool:
         return False
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> None:
+def _pump(src: socket.socket, dst: socket.socket) -> int:
+    """Copies until EOF or an error; returns the bytes copied."""
+    copied = 0
     try:
         while data := src.recv(65536):
             dst.sendall(data)
+            copied += len(data)
     except OSError:
         pass
     finally:
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+    return copied
 
 
 class WebhookProxy:
@@ -66,6 +71,8 @@ class WebhookProxy:
         self.connections = 0
         self.skipped = 0
         self.unserved = 0
+        # What went wrong, with a wall-clock time, for a test's failure message.
+        self.events: list[str] = []
         self._stop = threading.Event()
         self._rr = itertools.count()
         self._server = socket.create_server(("127.0.0.1", self.port), backlog=128)
@@ -115,9 +122,16 @@ class WebhookProxy:
                 continue
             upstream.settimeout(None)
             threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
-            _pump(upstream, client)
+            if _pump(upstream, client) == 0:
+                self._event(f"replica on :{backend.webhook_port()} closed without answering")
             upstream.close()
             client.close()
             return
         self.unserved += 1
+        self._event(f"no Ready replica took the connection (Ready at the last poll: {len(ready)})")
         client.close()
+
+    def _event(self, what: str) -> None:
+        now = time.time()
+        stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f"{now % 1:.3f}"[1:]
+        self.events.append(f"{stamp} {what}")

@@ -143,6 +143,14 @@ class OperatorSettings(ComponentSettings):
         description="How often the certificate directory is read for replaced files and the "
         "self-signed certificate checked for renewal.",
     )
+    webhook_drain_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="After SIGTERM, how long the webhook answers on (not Ready, each answer "
+        "closing its connection) before it stops, so that no admission the API server sends "
+        "on a kept-alive connection meets the close.",
+    )
     runtime_class_name: str = Field(
         default="",
         description="RuntimeClass the mutating webhook sets on vNPU pods that name none "

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import kopf
@@ -67,11 +67,13 @@ def register(
     convergence: Convergence,
     informers: Sequence[Informer],
     leadership: Leadership | None = None,
+    stop_serving: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """All handlers of the operator, bound to `controller`, and its other
     long-running tasks; `leadership` runs for the leader Lease once the
     caches are synced (a cold replica never takes over from a warm one) and
-    hands it back at cleanup."""
+    hands it back at cleanup. `stop_serving` (the webhook's drain and stop)
+    runs at cleanup after the hand-back, with the caches still watched."""
     # Kopf runs a startup handler again if it fails: each list is filled once.
     pollers: list[asyncio.Task[None]] = []
     watches: list[asyncio.Task[None]] = []
@@ -99,6 +101,11 @@ def register(
     async def cleanup(**_: Any) -> None:
         if leadership is not None:
             await leadership.release()
+        if stop_serving is not None:
+            # Here, not after kopf.operator returns: Kopf then cancels every task started
+            # since its start that is still running, aiohttp's per-connection tasks among
+            # them, cutting the API server's kept-alive webhook connections mid-admission.
+            await stop_serving()
         tasks = [*pollers, *watches]
         for task in tasks:
             task.cancel()

@@ -92,14 +92,14 @@ async def run(settings: OperatorSettings) -> None:
     api = OperatorApi(api_client, metrics.api_errors, leadership.check)
     controller = build_controller(api, settings, metrics)
     follow_leadership(controller, leadership)
+    webhook = WebhookServer(settings, controller.offered_templates, controller.quotas, metrics)
     runner = await serve_http(
         settings.metrics_host,
         settings.metrics_port,
         metrics.registry,
-        lambda: controller.synced,
-        "caches not synced",
+        lambda: controller.synced and not webhook.draining,
+        lambda: "stopping" if webhook.draining else "caches not synced",
     )
-    webhook = WebhookServer(settings, controller.offered_templates, controller.quotas, metrics)
     metrics.watch_certificate(webhook.cert_not_after)
     await webhook.start()
     await webhook.register(api_client)
@@ -129,7 +129,14 @@ async def run(settings: OperatorSettings) -> None:
     ]
     if claims is not None:
         informers.append(claim_informer(api_client, claims, settings))
-    register(registry, controller, settings, leases, convergence, informers, leadership)
+
+    async def stop_serving() -> None:
+        await webhook.drain(settings.webhook_drain_seconds)
+        await webhook.stop()
+
+    register(
+        registry, controller, settings, leases, convergence, informers, leadership, stop_serving
+    )
     trimming = asyncio.create_task(memory.trimmer().run(), name="memory-trim")
     # The caches synced are most of the heap, and live as long as the process.
     freezing = asyncio.create_task(

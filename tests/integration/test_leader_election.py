@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import signal
+import ssl
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +38,7 @@ from kubernetes_asyncio import config as kube_config
 from operator_harness import audit_since, delete_vnpu_pods, get_json, purge_foreign
 
 from localplane import LocalPlane, NodeSpec
-from localplane.components import AGENT_NAMESPACE, AgentProcess, vnpu_ids
+from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess, vnpu_ids
 from localplane.plane import PlaneError
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
@@ -203,7 +207,7 @@ def test_rolling_restart_during_churn(
     summary = result.summary()
     print(summary)
     assert len(result.kills) == 2
-    assert result.refusals == []
+    assert result.refusals == [], replicas.proxy.events
     assert result.stuck == []
     assert all(p.ungated is not None for p in pods), "every pod placed"
     # Every stop was followed by a takeover. How soon is printed, not asserted: the
@@ -212,6 +216,56 @@ def test_rolling_restart_during_churn(
     # tell a hand-back from an expiry here (docs/HELM.md has the measured figures).
     assert all(k.took_over is not None for k in result.kills), summary
     assert audit_allocations(plane, namespace)["double_booked"] == []
+
+
+def _health(conn: http.client.HTTPSConnection) -> tuple[int, str]:
+    """GET the webhook's health path on `conn`: the status and its Connection header."""
+    conn.request("GET", names.WEBHOOK_HEALTH_PATH)
+    response = conn.getresponse()
+    response.read()
+    return response.status, str(response.getheader("Connection") or "").lower()
+
+
+def _readyz(op: OperatorProcess) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.port}/readyz", timeout=2) as r:
+            return int(r.status), r.read().decode().strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode().strip()
+
+
+def test_a_stopping_replica_answers_its_open_webhook_connections_then_closes_them(
+    plane: LocalPlane, replicas: Replicas
+) -> None:
+    """SIGTERM: the Lease handed back, /readyz 503, and the webhook still answering
+    the API server's kept-alive connections, each answer its connection's last, before
+    the replica stops serving and exits (docs/DECISIONS.md, "High availability")."""
+    leader = replicas.wait_leader()
+    assert leader.proc is not None
+    insecure = ssl._create_unverified_context()
+    kept = http.client.HTTPSConnection("127.0.0.1", leader.webhook_port, context=insecure)
+    status, connection = _health(kept)
+    assert status == 200
+    assert connection != "close"
+    leader.proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    wait_for(
+        "/readyz to say the replica is stopping",
+        lambda: _readyz(leader) == (503, "stopping"),
+        timeout=15,
+        interval=0.05,
+    )
+    assert replicas.holder() != leader.identity, "the Lease is handed back before the drain"
+    # The kept-alive connection is answered, and told to go.
+    assert _health(kept) == (200, "close")
+    # A connection opened meanwhile (its endpoint not gone yet) is served likewise.
+    late = http.client.HTTPSConnection("127.0.0.1", leader.webhook_port, context=insecure)
+    assert _health(late) == (200, "close")
+    leader.proc.wait(timeout=30)
+    print(f"SIGTERM -> exit: {time.monotonic() - sent:.1f} s")
+    assert "stopping: the webhook answers" in leader.log_tail(200)
+    leader.start(ready_timeout=60)
+    replicas.wait_served()
 
 
 def test_a_frozen_leader_writes_nothing_that_lands(

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -134,6 +134,12 @@ class WebhookServer:
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task[None] | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="vnpu-webhook-")
+        self._draining = False
+
+    @property
+    def draining(self) -> bool:
+        """Whether the replica is stopping: not Ready, each answer its connection's last."""
+        return self._draining
 
     def cert_not_after(self) -> float | None:
         """Epoch seconds of the served leaf's notAfter; None before the server has one."""
@@ -155,6 +161,7 @@ class WebhookServer:
             quotas=self.quotas,
             metrics=self.metrics,
         )
+        app.on_response_prepare.append(self._last_on_connection_when_draining)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(
@@ -302,11 +309,38 @@ class WebhookServer:
         self._not_after = new.not_after
         log.info("serving a new webhook certificate, valid until %s", _when(new.not_after))
 
+    async def _last_on_connection_when_draining(
+        self, _: web.Request, response: web.StreamResponse
+    ) -> None:
+        if self._draining:
+            # "Connection: close": the API server does not send this connection another
+            # request, so none is lost to the close. aiohttp has written the header's
+            # value by now; force_close makes it close the connection after the answer.
+            response.headers[hdrs.CONNECTION] = "close"
+            response.force_close()
+
+    async def drain(self, seconds: float) -> None:
+        """Answers `seconds` more, each answer with "Connection: close", before stop.
+
+        The API server keeps connections to a webhook alive and reuses them for the
+        next admission; a request it writes on one while the server closes it fails
+        ("failed calling webhook: EOF"), and for a pod create it does not retry. Through
+        the drain every connection the API server uses is closed after its answer, its
+        next request opens a new one (to a Ready replica: /readyz answers 503 now), and
+        stop closes only connections left idle through the whole drain."""
+        if self._runner is None or seconds <= 0:
+            return
+        self._draining = True
+        log.info("stopping: the webhook answers %.1f s more, closing each connection after "
+                 "its answer", seconds)  # fmt: skip
+        await asyncio.sleep(seconds)
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self._runner is not None:
-            await self._runner.cleanup()
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
         self._tmp.cleanup()
