@@ -16,6 +16,7 @@ from vnpu_operator.placement import ChipCapacity
 from vnpu_operator.placement.fragmentation import Fragmentation, total
 
 ORPHAN = "orphan"
+RELEASED = "released"
 
 
 def cordon_of(vnpu_node: Raw, chip: int) -> str | None:
@@ -98,17 +99,19 @@ def _vnpus(chip: ChipStatus, declared: dict[int, tuple[str, Raw]]) -> list[dict[
     for vnpu_id in sorted(set(present) | set(declared)):
         key, raw = declared.get(vnpu_id, (None, None))
         if raw is None:
-            # On the chip with no allocation: holds capacity until the agent
-            # collects it.
             vnpu = present[vnpu_id]
+            # Listed as an allocation's that is gone: destroyed before its
+            # finalizer went, listed until the node's next write (which a
+            # release puts off), holding nothing. Listed as nobody's: an
+            # orphan, holding capacity until the agent collects it.
             out.append(
                 {
                     "id": vnpu_id,
                     "template": vnpu.template,
-                    "allocation": None,
+                    "allocation": vnpu.allocation,
                     "pod": None,
-                    "phase": ORPHAN,
-                    "created": True,
+                    "phase": RELEASED if vnpu.allocation else ORPHAN,
+                    "created": not vnpu.allocation,
                 }
             )
             continue

@@ -4,7 +4,7 @@ declaration) or none."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from vnpu_agent.drivers.base import VNPU, ChipInfo, TemplateSpec
@@ -121,19 +121,38 @@ def news(status: Mapping[str, Any]) -> dict[str, Any]:
     return {**top, "chips": chips}
 
 
-def only_restates(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+def only_restates(
+    old: Mapping[str, Any], new: Mapping[str, Any], live: Collection[str] = ()
+) -> bool:
     """True when `new` differs from `old` (the status last written) only in
-    what the allocations already say: vNPUs they own added or in use, and the
-    counts and free figures those move. A vNPU gone from the list is not:
-    until the node writes again, whoever reads the VNPUNode without the
-    operator's memory of destroyed vNPUs (`kubectl vnpu status`) would take
-    it for an orphan holding capacity."""
-    return news(old) == news(new) and _listed(old) <= _listed(new)
+    what the allocations already say: vNPUs they own added or in use, vNPUs
+    gone whose allocation is deleted or being deleted (not in `live`, the
+    keys of those that are not), and the counts and free figures those move.
+
+    A vNPU gone whose allocation still stands, or that none owned, is news.
+    One gone with its allocation is the deletion restated: the agent removes
+    the finalizer only after the destroy, the operator frees the capacity on
+    the deletion, and whoever reads the VNPUNode without its memory of
+    deletions (`kubectl vnpu status`, a restarted operator) takes a listed
+    vNPU whose named allocation is gone as destroyed (Ledger.rebuild)."""
+    if news(old) != news(new):
+        return False
+    listed = set(_owners_listed(new))
+    for (chip, vnpu_id), owner in _owners_listed(old).items():
+        if (chip, vnpu_id) not in listed and (not owner or owner in live):
+            return False
+    return True
 
 
-def _listed(status: Mapping[str, Any]) -> set[tuple[Any, Any]]:
+def adds_vnpus(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether `new` lists a vNPU `old` does not."""
+    return not set(_owners_listed(new)) <= set(_owners_listed(old))
+
+
+def _owners_listed(status: Mapping[str, Any]) -> dict[tuple[Any, Any], str]:
+    """(chip index, vNPU id) -> the owning allocation's key ("" for none)."""
     return {
-        (chip.get("index"), v.get("id"))
+        (chip.get("index"), v.get("id")): str(v.get("allocation") or "")
         for chip in status.get("chips") or []
         for v in chip.get("vnpus") or []
     }

@@ -19,7 +19,7 @@ from typing import Any
 from vnpu_agent.config import AgentSettings
 from vnpu_agent.dra.publisher import PoolPublisher
 from vnpu_agent.driverview import DriverView
-from vnpu_agent.inventory import build_status, cordoned_chips, only_restates
+from vnpu_agent.inventory import adds_vnpus, build_status, cordoned_chips, only_restates
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.mirror import NodeMirror
@@ -66,6 +66,9 @@ class NodePublisher:
         self._lock = asyncio.Lock()
         self._last_status: dict[str, Any] | None = None
         self._last_publish = -1e9
+        # When the status first differed from the last write by a release alone
+        # (vNPUs of deleted allocations gone); None while it does not.
+        self._released_since: float | None = None
         self._pending: asyncio.Handle | None = None
         self._pending_due = 0.0
         self._backoff = Backoff(base=1.0, cap=settings.retry_max_seconds)
@@ -138,6 +141,7 @@ class NodePublisher:
             # and templates or the cordons; it compares and wakes its task.
             self.pool.update([ChipStatus.model_validate(c) for c in status["chips"]], cordoned)
         if status == self._last_status and not self._force:
+            self._released_since = None
             return
         restore, missing = self.mirror.needs_restore_write(), self.mirror.missing()
         if not (self._force or restore) and self._only_restated(status):
@@ -159,20 +163,37 @@ class NodePublisher:
                 self.mark_dirty(self._backoff.delay(self.mirror.failures))
             raise
         self._last_status = status
+        self._released_since = None
         self._force = False
         self.mirror.write_answered(obj, self.clock())
 
     def _only_restated(self, status: dict[str, Any]) -> bool:
         """True, and the write put off, when `status` differs from the last
         one written only in what the allocations already say (inventory.
-        only_restates: vNPUs they own added) and the last write is younger
-        than the settle interval. A node filling up then writes once per
-        interval instead of once per vNPU; a quiet one at once. A VNPUNode
-        status write costs the API server about four times an allocation's
-        (a 5 KB object validated whole on every write)."""
-        if self._last_status is None or not only_restates(self._last_status, status):
+        only_restates: vNPUs they own added, vNPUs of deleted allocations gone)
+        and the settle interval has not passed: since the first release not
+        written yet, if any (a release waits whether the node is quiet or not:
+        its reader takes a vNPU listed under a gone allocation as destroyed, and
+        the vNPU placed on the freed room next rides along), else since the last
+        write (a quiet node shows a vNPU it made at once). A node filling
+        up writes once per interval instead of once per vNPU. A VNPUNode status
+        write costs the API server about five times an allocation's (a 6 KB
+        object validated whole on every write)."""
+        last = self._last_status
+        live = [
+            k for k, obj in self.allocs.items()
+            if not (obj.get("metadata") or {}).get("deletionTimestamp")
+        ]  # fmt: skip
+        if last is None or not only_restates(last, status, live):
+            self._released_since = None
             return False
-        due = self._last_publish + self.settings.inventory_settle_seconds - self.clock()
+        now = self.clock()
+        if self._released_since is None and not adds_vnpus(last, status):
+            self._released_since = now
+        since = self._last_publish
+        if self._released_since is not None:
+            since = max(since, self._released_since)
+        due = since + self.settings.inventory_settle_seconds - now
         if due <= 0:
             return False
         self.mark_dirty(at_least=due)

@@ -178,6 +178,8 @@ class Controller:
         seen so far (kicks before this point were no-ops)."""
         if not self.synced:
             self.synced = True
+            # A restart forgot the deletions whose vNPUs the nodes still list.
+            self.ledger.seed_released()
             self.synced_event.set()
             self._kick_all()
             log.info(

@@ -16,6 +16,7 @@ import itertools
 import logging
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
+from typing import Final
 
 from vnpu_common.api.models import TemplateResources
 from vnpu_operator.placement.candidates import CandidateIndex
@@ -45,6 +46,11 @@ from vnpu_operator.placement.request import PodRequest
 from vnpu_operator.placement.scoring import Rank
 
 log = logging.getLogger(__name__)
+
+
+# The deletion version of a vNPU taken as destroyed from the name an inventory
+# gives its gone owner (Ledger.seed_released), not from a deletion seen.
+_SEEDED: Final = -1
 
 
 class Ledger:
@@ -95,7 +101,23 @@ class Ledger:
         ledger._rebuild_catalog()
         for allocation in allocations:
             ledger.add_allocation(allocation)
+        ledger.seed_released()
         return ledger
+
+    def seed_released(self) -> None:
+        """Takes as destroyed every listed vNPU whose owning allocation (as the
+        inventory names it) is gone, once every allocation is known: the agent
+        removes an allocation's finalizer only after destroying its vNPU and
+        writes the node's status at leisure after that (it restates the
+        deletion). A ledger without memory of the deletions (a restarted
+        operator, `kubectl vnpu`) would count it as an orphan until then."""
+        for name, inventory in self._nodes.items():
+            for chip in inventory.status.chips:
+                for vnpu in chip.vnpus:
+                    if vnpu.allocation and vnpu.allocation not in self._allocs:
+                        released = (chip.index, vnpu.id, vnpu.template)
+                        self._destroyed.setdefault(name, {})[released] = _SEEDED
+                        self._node_changed(name)
 
     # ---------------------------------------------------------------- nodes
 
@@ -219,15 +241,28 @@ class Ledger:
 
     def _forget_destroyed(self, inventory: NodeInventory, version: int | None) -> None:
         """A destroyed vNPU is forgotten once an inventory no longer lists it,
-        or lists it although published after the destroy: then it exists
-        after all (made again by hand, say) and holds capacity again."""
+        or lists it although published after the destroy: then it exists after
+        all (made again by hand, say) and holds capacity again. One taken as
+        destroyed from its gone owner's name (seed_released) is forgotten once
+        listed as nobody's."""
         destroyed = self._destroyed.get(inventory.name)
         if not destroyed:
             return
-        listed = {(c.index, v.id, v.template) for c in inventory.status.chips for v in c.vnpus}
+        # (chip, id, template) -> the owning allocation the inventory names, "" for none.
+        listed = {
+            (c.index, v.id, v.template): v.allocation or ""
+            for c in inventory.status.chips
+            for v in c.vnpus
+        }
         for vnpu, deleted_at in list(destroyed.items()):
-            newer = version is not None and deleted_at is not None and version > deleted_at
-            if vnpu not in listed or newer:
+            if deleted_at == _SEEDED:
+                # Listed as nobody's now: the agent saw it after its allocation
+                # went (a finalizer removed by hand before the destroy): it exists.
+                gone = vnpu not in listed or not listed[vnpu]
+            else:
+                newer = version is not None and deleted_at is not None and version > deleted_at
+                gone = vnpu not in listed or newer
+            if gone:
                 del destroyed[vnpu]
         if not destroyed:
             del self._destroyed[inventory.name]

@@ -1,8 +1,9 @@
 """A busy node's VNPUNode is written once per settle interval while what
-changed is only what the allocations already say (vNPUs they own added, the
-free figures those move); anything else (a vNPU gone, one nobody owns,
-health), or a node that wrote nothing for that long, is written at the
-minimum interval as before (publisher.NodePublisher._only_restated, inventory.only_restates)."""
+changed is only what the allocations already say (vNPUs they own added,
+vNPUs of deleted allocations destroyed, the free figures those move); anything
+else (a vNPU gone under a standing allocation, one nobody owns, health), or a
+node that wrote nothing for that long, is written at the minimum interval as
+before (publisher.NodePublisher._only_restated, inventory.only_restates)."""
 
 from __future__ import annotations
 
@@ -121,7 +122,12 @@ async def one_vnpu_written(agent: NodeAgent) -> tuple[Api, Clock, dict[str, Any]
     return api, clock, obj
 
 
-async def test_a_destroyed_vnpu_is_written_without_waiting(agent: NodeAgent) -> None:
+async def test_a_vnpu_destroyed_for_its_deleted_allocation_waits_for_the_settle_interval(
+    agent: NodeAgent,
+) -> None:
+    """The destroy restates the deletion: the operator frees the capacity on it, and a
+    reader of the VNPUNode alone (kubectl vnpu status, a restarted operator) takes a
+    listed vNPU whose allocation is gone as destroyed (Ledger.seed_released)."""
     api, clock, obj = await one_vnpu_written(agent)
 
     clock.now += 1
@@ -129,15 +135,64 @@ async def test_a_destroyed_vnpu_is_written_without_waiting(agent: NodeAgent) -> 
     obj["metadata"]["resourceVersion"] = "20"
     await agent.on_event("MODIFIED", obj)
     await agent.queue.idle()
-    # Listed until the next write, it would read as an orphan holding capacity.
-    await until(lambda: api.writes == 3)
+    assert agent.driver.list_vnpus(0) == []
+    await until(lambda: put_off(agent))
+    assert api.writes == 2
+    assert listed(api) == [(100, "team-a/p1-0")]
+
+    pending = agent.publisher._pending
+    assert pending is not None
+    pending.cancel()
+    agent.publisher._pending = None
+    clock.now += SETTLE
+    await agent.publish()
+    assert api.writes == 3
     assert listed(api) == []
 
 
-async def test_a_destroyed_vnpu_moves_a_put_off_write_earlier(agent: NodeAgent) -> None:
-    """A settled write pending (put off to the settle interval's end) does not
-    hold back the write a vNPU gone wants at the minimum interval."""
+async def test_a_quiet_nodes_release_waits_too_and_the_next_vnpu_rides_along(
+    agent: NodeAgent,
+) -> None:
+    """A node quiet for longer than the settle interval writes a vNPU it made at once,
+    but not a release: the vNPU placed on the freed room next goes out in the same
+    write, the settle interval after the release."""
     api, clock, obj = await one_vnpu_written(agent)
+
+    clock.now += SETTLE + 5
+    obj["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
+    obj["metadata"]["resourceVersion"] = "20"
+    await agent.on_event("MODIFIED", obj)
+    await agent.queue.idle()
+    await until(lambda: put_off(agent))
+    assert api.writes == 2
+    pending = agent.publisher._pending
+    assert pending is not None
+    assert pending.when() - asyncio.get_running_loop().time() == pytest.approx(SETTLE, abs=1)
+    await agent.on_event("DELETED", obj)
+
+    clock.now += 2
+    await agent.on_event("ADDED", allocation("p2-0", 101))
+    await agent.queue.idle()
+    await asyncio.sleep(0.2)
+    assert [v.id for v in agent.driver.list_vnpus(0)] == [101]
+    assert api.writes == 2
+    pending = agent.publisher._pending
+    assert pending is not None
+    # Still due the settle interval after the release, not pushed on by the create.
+    assert pending.when() - asyncio.get_running_loop().time() == pytest.approx(SETTLE - 2, abs=1)
+
+    pending.cancel()
+    agent.publisher._pending = None
+    clock.now += SETTLE
+    await agent.publish()
+    assert api.writes == 3
+    assert listed(api) == [(101, "team-a/p2-0")]
+
+
+async def test_news_moves_a_put_off_write_earlier(agent: NodeAgent, sim: SimDriver) -> None:
+    """A settled write pending (put off to the settle interval's end) does not
+    hold back the write news wants at the minimum interval (a vNPU nobody owns)."""
+    api, clock, _ = await one_vnpu_written(agent)
 
     clock.now += 1
     await agent.on_event("ADDED", allocation("p2-0", 101))
@@ -145,14 +200,12 @@ async def test_a_destroyed_vnpu_moves_a_put_off_write_earlier(agent: NodeAgent) 
     await until(lambda: put_off(agent))
     assert api.writes == 2
 
-    obj["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
-    obj["metadata"]["resourceVersion"] = "20"
-    await agent.on_event("MODIFIED", obj)
-    await agent.queue.idle()
+    sim.create_vnpu(0, "vir05_1c_16g", 107)
+    await agent.resync()
     # Written within the minimum interval (0 here), not at the settled
-    # write's time: the one write tells both the destroy and the create.
+    # write's time: the one write tells both.
     await until(lambda: api.writes == 3)
-    assert listed(api) == [(101, "team-a/p2-0")]
+    assert listed(api) == [(100, "team-a/p1-0"), (101, "team-a/p2-0"), (107, None)]
     assert agent.publisher._pending is None
 
 
@@ -231,10 +284,15 @@ def test_only_additions_of_owned_vnpus_restate_the_allocations() -> None:
                   owned=(100,))  # fmt: skip
     assert only_restates(empty, one)
     assert only_restates(one, one)
-    # Gone from the list: a reader of the VNPUNode alone would see an orphan.
-    assert not only_restates(one, empty)
+    # Gone from the list while its allocation stands (lost, not released): news.
+    assert not only_restates(one, empty, live=["ns/a100"])
+    # Gone with its allocation deleted or being deleted: the deletion restated.
+    assert only_restates(one, empty, live=[])
+    assert only_restates(one, empty, live=["ns/a101"])
     unowned = _status(chip=_chip(aicore_free=15), vnpus={100: VNPU(100, 0, "vir05_1c_16g", False)})
     assert not only_restates(empty, unowned)
+    # A vNPU nobody owned, gone: news (placement counted it as an orphan).
+    assert not only_restates(unowned, empty, live=[])
 
 
 class SlowApi(Api):

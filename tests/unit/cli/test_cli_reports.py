@@ -84,6 +84,32 @@ def test_status_counts_what_placement_counts() -> None:
     assert all(c["cordon"] is None for n in report["nodes"] for c in n["chips"])
 
 
+def test_a_vnpu_listed_as_a_gone_allocations_is_released_and_holds_nothing() -> None:
+    """The agent writes the VNPUNode at leisure after a release (it restates the
+    deletion): until then the chip lists the destroyed vNPU under its allocation's
+    name. It holds no capacity, as for the operator; a vNPU listed as nobody's still
+    does (an orphan), and so does one whose allocation stands."""
+    snapshot = cluster()
+    node_b = snapshot.vnpunodes[1]
+    vnpus = node_b["status"]["chips"][1]["vnpus"]
+    vnpus.append({"id": 118, "template": "vir05_1c_16g", "inUse": False,
+                  "allocation": "team-b/gone", "podUID": "uid-gone"})  # fmt: skip
+    report = status.build(snapshot)
+    chip1 = next(n for n in report["nodes"] if n["name"] == "node-b")["chips"][1]
+    assert [(v["id"], v["phase"], v["allocation"], v["created"]) for v in chip1["vnpus"]] == [
+        (116, "orphan", None, True),
+        (117, "Pending", "team-b/new-0", False),
+        (118, "released", "team-b/gone", False),
+    ]
+    # The same as without it: the orphan and the Pending vNPU, 5 AICore each.
+    assert chip1["aicore"] == {"used": 10, "free": 10, "total": 20}
+    # Named as a standing allocation's, it counts once, through the allocation.
+    node_b["status"]["chips"][0]["vnpus"][0]["allocation"] = "team-b/small-0"
+    chip0 = next(n for n in status.build(snapshot)["nodes"] if n["name"] == "node-b")["chips"][0]
+    assert chip0["aicore"]["used"] == 5
+    assert [(v["id"], v["phase"]) for v in chip0["vnpus"]] == [(100, "Ready")]
+
+
 STATUS_TEXT = golden("status.txt")
 
 

@@ -61,8 +61,11 @@ def chip(
     vnpus: Sequence[tuple[int, str]] = (),
     templates: Sequence[str] | None = None,
     id_range: tuple[int, int] | None = None,
+    owners: Sequence[str] = (),
     **overrides: Any,
 ) -> ChipStatus:
+    """`owners`: the allocation each of `vnpus` is listed as owned by ("" or absent:
+    nobody's), as an agent publishes them."""
     aicore, memory, aicpu, media, ids, catalog = MODELS[model]
     lo = 100 + 16 * index
     lo, hi = id_range if id_range is not None else (lo, lo + ids - 1)
@@ -88,7 +91,10 @@ def chip(
             TemplateResources(name=n, aicore=c, memory_mb=m, aicpu=p, media=d)
             for n, (c, m, p, d) in offered.items()
         ],
-        "vnpus": [VNPUInfo(id=i, template=t) for i, t in vnpus],
+        "vnpus": [
+            VNPUInfo(id=i, template=t, allocation=(owners[n] if n < len(owners) else "") or None)
+            for n, (i, t) in enumerate(vnpus)
+        ],
     }
     fields.update(overrides)
     return ChipStatus(**fields)

@@ -455,6 +455,39 @@ def test_a_destroyed_vnpu_listed_by_a_newer_inventory_exists_after_all() -> None
     assert ledger.capacity("n1")[0].orphans == 1
 
 
+def test_a_restarted_ledger_takes_a_vnpu_listed_as_a_gone_allocations_as_destroyed() -> None:
+    """The agent writes the node's status at leisure after a release: a ledger without
+    memory of the deletion (a restart, kubectl vnpu) reads the name the inventory gives
+    the owner. Once an inventory lists the vNPU as nobody's, it exists after all."""
+    _, allocs, _ = _full_chip_and_its_inventory()
+    owned = chip(
+        "910B3", 0, vnpus=[(a.vnpu_id, a.template) for a in allocs], owners=[a.key for a in allocs]
+    )
+    kept = allocs[1:]
+    rebuilt = Ledger.rebuild([node("n1", [owned])], kept)
+    assert rebuilt.capacity("n1")[0].orphans == 0
+    again = placed(rebuilt.place(request("late"), Policy.BINPACK))
+    assert again.allocations[0].vnpu_id == allocs[0].vnpu_id
+    rebuilt.remove_allocation(again.allocations[0].key)
+    # The operator's way: inventories and allocations fed one by one, then synced.
+    synced = Ledger()
+    synced.upsert_node(node("n1", [owned]), version=60)
+    for a in kept:
+        synced.add_allocation(a)
+    assert isinstance(synced.place(request("late"), Policy.BINPACK), NoFit)
+    synced.seed_released()
+    assert synced.capacity("n1")[0].orphans == 0
+    # The agent lists it as nobody's now: it was never destroyed (finalizer removed by hand).
+    orphaned = chip(
+        "910B3", 0, vnpus=[(a.vnpu_id, a.template) for a in allocs],
+        owners=["", *(a.key for a in kept)],
+    )  # fmt: skip
+    for led in (rebuilt, synced):
+        led.upsert_node(node("n1", [orphaned]), version=70)
+        assert led.capacity("n1")[0].orphans == 1
+        assert isinstance(led.place(request("late"), Policy.BINPACK), NoFit)
+
+
 def test_an_allocation_gone_without_its_agent_keeps_its_vnpu_counted() -> None:
     ledger, allocs, _ = _full_chip_and_its_inventory()
     # Finalizer removed by someone else: the vNPU may well exist.
