@@ -510,30 +510,48 @@ async def idle_phase(run: Run, churned: Churned) -> None:
     run.correctness["idle_non_lease_writes"] = out["idle"]["non_lease_writes"]
 
 
+_WRITES = frozenset({"create", "update", "patch"})
+
+
+def put_off_due(events: list[dict[str, Any]], settle: float, min_interval: float) -> float | None:
+    """When (epoch s) the last VNPUNode write the agents' settle interval may
+    have put off is due, from the audit events: `settle` after an agent's last
+    VNPUNode write (what allocations add waits from there), and after its last
+    release (the allocation's finalizer removed; the release waits from the
+    agent's first look at it, at most `min_interval` after the destroy). None
+    when the events show neither."""
+    writes, releases = [], []
+    for e in events:
+        ref = e.get("objectRef") or {}
+        at = timeline.epoch(e.get("stageTimestamp"))
+        if report.component(e) != "agent" or at is None:
+            continue
+        if ref.get("resource") == names.NODE_PLURAL and e.get("verb") in _WRITES:
+            writes.append(at + settle)
+        elif (
+            ref.get("resource") == names.ALLOCATION_PLURAL
+            and not ref.get("subresource")
+            and e.get("verb") == "patch"
+        ):
+            releases.append(at + min_interval + settle)
+    return max(writes + releases, default=None)
+
+
 async def settled_writes(run: Run) -> dict[str, Any]:
     """Waits until every VNPUNode write the agents' settle interval may have
-    put off is due (the last VNPUNode write of ours since `run.audit_mark`
-    plus the interval), then until the audit log shows only Lease renewals:
+    put off is due (put_off_due, from what the audit log shows since
+    `run.audit_mark`), then until the audit log shows only Lease renewals:
     the idle window starts there, so what it counts is written idle. The
     writes of the wait, by kind, and how long it took."""
     plane = run.cluster.plane
     start = time.monotonic()
     a = await asyncio.to_thread(settle_audit, plane.audit_log)
     events = report.audit_events(plane.audit_log, run.audit_mark, a)
-    last = max(
-        (
-            at
-            for e in events
-            if report.component(e) == "agent"
-            and (e.get("objectRef") or {}).get("resource") == names.NODE_PLURAL
-            and (at := timeline.epoch(e.get("stageTimestamp"))) is not None
-        ),
-        default=None,
-    )
     settle = agent_setting("inventory_settle_seconds")
+    last = put_off_due(events, settle, agent_setting("inventory_min_interval_seconds"))
     if last is not None:
         # The put-off write is armed when the last write starts: 2 s of slack.
-        due = last + settle + 2.0 - time.time()
+        due = last + 2.0 - time.time()
         if due > 0:
             say(f"idle: waiting {due:.0f}s for the VNPUNode writes the settle interval put off")
             await asyncio.sleep(due)
