@@ -134,7 +134,7 @@ def only_restates(
     the finalizer only after the destroy, the operator frees the capacity on
     the deletion, and whoever reads the VNPUNode without its memory of
     deletions (`kubectl vnpu status`, a restarted operator) takes a listed
-    vNPU whose named allocation is gone as destroyed (Ledger.rebuild)."""
+    vNPU whose named allocation is gone as destroyed (Ledger.seed_released)."""
     if news(old) != news(new):
         return False
     listed = set(_owners_listed(new))

@@ -180,11 +180,13 @@ class NodePublisher:
         write costs the API server about five times an allocation's (a 6 KB
         object validated whole on every write)."""
         last = self._last_status
-        live = [
+        if last is None:
+            return False
+        live = {
             k for k, obj in self.allocs.items()
             if not (obj.get("metadata") or {}).get("deletionTimestamp")
-        ]  # fmt: skip
-        if last is None or not only_restates(last, status, live):
+        }  # fmt: skip
+        if not only_restates(last, status, live):
             self._released_since = None
             return False
         now = self.clock()

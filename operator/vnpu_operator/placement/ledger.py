@@ -112,12 +112,15 @@ class Ledger:
         deletion). A ledger without memory of the deletions (a restarted
         operator, `kubectl vnpu`) would count it as an orphan until then."""
         for name, inventory in self._nodes.items():
-            for chip in inventory.status.chips:
-                for vnpu in chip.vnpus:
-                    if vnpu.allocation and vnpu.allocation not in self._allocs:
-                        released = (chip.index, vnpu.id, vnpu.template)
-                        self._destroyed.setdefault(name, {})[released] = _SEEDED
-                        self._node_changed(name)
+            released = {
+                (chip.index, vnpu.id, vnpu.template): _SEEDED
+                for chip in inventory.status.chips
+                for vnpu in chip.vnpus
+                if vnpu.allocation and vnpu.allocation not in self._allocs
+            }
+            if released:
+                self._destroyed.setdefault(name, {}).update(released)
+                self._node_changed(name)
 
     # ---------------------------------------------------------------- nodes
 
