@@ -337,10 +337,17 @@ def mix_pods(prefix: str, count: int, seed: int = 7) -> list[PodTimes]:
 
 
 async def churn(
-    driver: Driver, pods: list[PodTimes], rate: float, hold: float, settle_timeout: float
+    driver: Driver,
+    pods: list[PodTimes],
+    rate: float,
+    hold: float,
+    settle_timeout: float,
+    say: Callable[[str], None] | None = None,
 ) -> float:
     """Creates `pods` at `rate`/s, deletes each `hold` s after its creation,
-    waits until all are gone; returns the phase's duration."""
+    waits until every pod the API server accepted is gone; returns the
+    phase's duration. A refused create is in `driver.errors`: waiting for
+    its pod would hold the phase to the timeout (its CPU window with it)."""
     t0 = time.monotonic()
 
     async def life(pod: PodTimes, at: float) -> None:
@@ -353,7 +360,16 @@ async def churn(
         await asyncio.sleep(max(0.0, at - time.monotonic()))
         driver.spawn(life(pod, at))
     await driver.drain()
-    await wait_until(driver.tracker, lambda: all(p.gone for p in pods), settle_timeout)
+    created = [p for p in pods if p.created is not None]
+
+    def progress() -> None:
+        if say is not None:
+            gone = sum(1 for p in created if p.gone)
+            say(f"churn: {gone} of {len(created)} pods gone, {len(driver.errors)} API errors")
+
+    await wait_until(
+        driver.tracker, lambda: all(p.gone for p in created), settle_timeout, progress=progress
+    )
     return time.monotonic() - t0
 
 

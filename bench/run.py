@@ -245,7 +245,7 @@ async def churn_phase(run: Run) -> Churned:
     churn_cpu.start()
     drv_start = driver_cpu(cluster)
     snap_task = asyncio.create_task(_mid_snapshot(cluster, args))
-    churn_s = await load.churn(driver, pods, args.rate, args.hold, args.timeout)
+    churn_s = await load.churn(driver, pods, args.rate, args.hold, args.timeout, say)
     mid = await snap_task
     spent = churn_cpu.stop()
     cpu_window = spent["window_s"]
