@@ -12,6 +12,7 @@ after a restart and then books exactly what the old one would have.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 from collections.abc import Collection, Iterable, Sequence
@@ -25,11 +26,11 @@ from vnpu_operator.placement.capacity import (
     NodeState,
     build_node_state,
 )
+from vnpu_operator.placement.catalog import CatalogIndex
 from vnpu_operator.placement.errors import AllocationConflictError
 from vnpu_operator.placement.fitting import Fit, fit_node, hold, node_filter
 from vnpu_operator.placement.fragmentation import (
     Fragmentation,
-    largest_templates,
     node_fragmentation,
 )
 from vnpu_operator.placement.model import (
@@ -56,21 +57,19 @@ _SEEDED: Final = -1
 class Ledger:
     def __init__(self) -> None:
         self._nodes: dict[str, NodeInventory] = {}
-        # The node names in order, rebuilt with the catalog (which every
-        # node added or removed rebuilds): a NoFit lists every node.
-        self._names: tuple[str, ...] = ()
+        # The node names in order: a NoFit lists every node.
+        self._names: list[str] = []
         self._allocs: dict[str, Allocation] = {}
         self._by_pod: dict[str, set[str]] = {}
         self._by_node: dict[str, set[str]] = {}
-        self._catalog: dict[tuple[str, str], TemplateResources] = {}
+        self._catalog = CatalogIndex()
         # node -> (chip, id, template) -> deletion resourceVersion of vNPUs
         # destroyed since the node's inventory last showed it.
         self._destroyed: dict[str, dict[tuple[int, int, str], int | None]] = {}
-        # Moves whenever the set of offered (chip model, template) pairs may
-        # have changed; most inventory updates change capacity, not the offer.
+        # Moves whenever the offered (chip model, template) pairs or what
+        # they take change; most inventory updates change capacity, not the
+        # offer, and most new nodes offer what others do.
         self.catalog_epoch = 0
-        # Chip model -> its largest offered template, as of the catalog.
-        self._largest: dict[str, str] = {}
         # node -> (template, chip model, charge, count, policy) -> what fitting.fit_node said.
         # A node's answer only changes when the node does (inventory,
         # liveness, an allocation on it) or the catalog does, so a stream of
@@ -92,13 +91,13 @@ class Ledger:
     ) -> Ledger:
         """A ledger from what the API server holds, e.g. after a restart."""
         ledger = cls()
-        # One catalog for all nodes: upserting them one by one rebuilds it per
-        # new node, which at 1000 nodes is seconds (kubectl vnpu rebuilds a
-        # ledger on every call). Nothing was destroyed or fitted yet, so the
-        # rest of what upsert_node does has nothing to do.
+        # Nothing was destroyed or fitted yet, so the rest of what
+        # upsert_node does has nothing to do; the names are sorted once.
         for inventory in inventories:
             ledger._nodes[inventory.name] = inventory
-        ledger._rebuild_catalog()
+            ledger._catalog.set_node(inventory.name, _offer(inventory))
+        ledger._names = sorted(ledger._nodes)
+        ledger._catalog_moved()
         for allocation in allocations:
             ledger.add_allocation(allocation)
         ledger.seed_released()
@@ -130,9 +129,12 @@ class Ledger:
         self._forget_destroyed(inventory, version)
         old = self._nodes.get(inventory.name)
         self._nodes[inventory.name] = inventory
+        if old is None:
+            bisect.insort(self._names, inventory.name)
         self._node_changed(inventory.name)
-        if old is None or _offer(old) != _offer(inventory):
-            self._rebuild_catalog()
+        offer_moved = old is None or _offer(old) != _offer(inventory)
+        if offer_moved and self._catalog.set_node(inventory.name, _offer(inventory)):
+            self._catalog_moved()
 
     def remove_node(self, name: str) -> NodeInventory | None:
         """Forgets the inventory; allocations on the node stay booked until
@@ -140,7 +142,9 @@ class Ledger:
         removed = self._nodes.pop(name, None)
         self._node_changed(name)
         if removed is not None:
-            self._rebuild_catalog()
+            del self._names[bisect.bisect_left(self._names, name)]
+            if self._catalog.remove_node(name):
+                self._catalog_moved()
         return removed
 
     def set_live(self, name: str, live: bool) -> bool:
@@ -165,16 +169,9 @@ class Ledger:
         self._states.pop(name, None)
         self._candidates.changed(name)
 
-    def _rebuild_catalog(self) -> None:
-        # Rebuilt from scratch so a restarted ledger sees the same catalog.
-        catalog: dict[tuple[str, str], TemplateResources] = {}
-        self._names = tuple(sorted(self._nodes))
-        for name in self._names:
-            for chip in self._nodes[name].status.chips:
-                for template in chip.templates:
-                    catalog.setdefault((chip.model, template.name), template)
-        self._catalog = catalog
-        self._largest = largest_templates(catalog)
+    def _catalog_moved(self) -> None:
+        """A template appeared, went or takes other resources: every kept
+        answer may differ."""
         self._fits.clear()
         self._states.clear()
         self._candidates.clear()
@@ -185,14 +182,14 @@ class Ledger:
         the admission webhook checks requests against. It changes only when
         `catalog_epoch` moves, so callers can keep what they built from it."""
         offered: dict[str, set[str]] = {}
-        for model, template in self._catalog:
+        for model, template in self._catalog.templates:
             offered.setdefault(model, set()).add(template)
         return {model: frozenset(templates) for model, templates in offered.items()}
 
     def template_sizes(self) -> dict[tuple[str, str], tuple[int, int]]:
         """(chip model, template) -> (AICore, memory MB) a vNPU of it takes:
         what the webhook charges a pod (vnpu_operator.charges)."""
-        return {key: (t.aicore, t.memory_mb) for key, t in self._catalog.items()}
+        return {key: (t.aicore, t.memory_mb) for key, t in self._catalog.templates.items()}
 
     # ---------------------------------------------------------- allocations
 
@@ -308,7 +305,7 @@ class Ledger:
         if state is None or state.inventory is not inventory:
             allocs = (self._allocs[k] for k in self._by_node.get(inventory.name, ()))
             destroyed = self._destroyed.get(inventory.name, {})
-            state = build_node_state(inventory, allocs, self._catalog, destroyed)
+            state = build_node_state(inventory, allocs, self._catalog.templates, destroyed)
             self._states[inventory.name] = state
         return state
 
@@ -332,14 +329,14 @@ class Ledger:
 
     def largest_templates(self) -> dict[str, str]:
         """Chip model -> the largest template offered for it."""
-        return dict(self._largest)
+        return dict(self._catalog.largest)
 
     def fragmentation(self, node: str | None = None) -> dict[str, Fragmentation]:
         """Node -> free AICore and how much of it the largest template of
         each chip's model can use (placement.fragmentation); one node or all."""
         names = [node] if node is not None else sorted(self._nodes)
         return {
-            name: node_fragmentation(self._built_state(self._nodes[name]), self._largest)
+            name: node_fragmentation(self._built_state(self._nodes[name]), self._catalog.largest)
             for name in names
             if name in self._nodes
         }
@@ -477,8 +474,8 @@ class Ledger:
         outcome = fits.get(key)
         if outcome is None:
             state = self._state(inventory)
-            outcome = fits[key] = hold(state, held, policy, self._largest) or fit_node(
-                state, request, need, policy, self._largest
+            outcome = fits[key] = hold(state, held, policy, self._catalog.largest) or fit_node(
+                state, request, need, policy, self._catalog.largest
             )
         return outcome
 
@@ -552,7 +549,7 @@ class Ledger:
         gone = {(a.chip, a.vnpu_id, a.template) for a in allocs if a.pod_uid in pods}
         destroyed = gone.union(self._destroyed.get(node, {}))
         kept = (a for a in allocs if a.pod_uid not in pods)
-        return build_node_state(inventory, kept, self._catalog, destroyed)
+        return build_node_state(inventory, kept, self._catalog.templates, destroyed)
 
 
 _FitKey = tuple[str, str | None, ChargedSize | None, int, Policy, tuple[str, ...]]
