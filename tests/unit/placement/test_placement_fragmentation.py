@@ -17,7 +17,8 @@ def test_largest_template_is_the_one_with_most_aicore_then_memory() -> None:
         "310P3": "vir04",
     }
     # The choice does not depend on the order the catalog lists them in.
-    assert largest_templates(dict(reversed(ledger._catalog.templates.items()))) == ledger.largest_templates()
+    reversed_catalog = dict(reversed(ledger._catalog.templates.items()))
+    assert largest_templates(reversed_catalog) == ledger.largest_templates()
 
 
 def test_empty_chips_are_wholly_usable() -> None:
