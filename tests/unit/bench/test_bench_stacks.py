@@ -101,3 +101,12 @@ def test_the_sampler_finds_where_a_real_process_spends_its_cpu(tmp_path: Path) -
     assert prof.samples > 50, f"py-spy took too few samples: {prof}; its log: {log}"
     shares = dict(prof.top)
     assert shares.get("spin_here (<string>)", 0) > 0.9, prof.top
+
+
+def test_pyspy_operator_samples_the_operator_alone() -> None:
+    from bench.run import parse, sampled_pids
+
+    pids = {"vnpu-operator": 10, "vnpu-agent-0": 11, "vnpu-agent-1": 12}
+    assert sampled_pids(pids, parse(["--pyspy", "operator"]).pyspy) == {"vnpu-operator": 10}
+    assert sampled_pids(pids, parse(["--pyspy"]).pyspy) == pids
+    assert parse([]).pyspy is None
