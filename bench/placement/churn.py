@@ -47,8 +47,8 @@ def churn(nodes: int, pods: int, policy: Policy = Policy.BINPACK) -> dict[str, f
     started = time.process_time()
     for i in range(pods):
         template, count, _ = rng.choices(MIX, weights=weights)[0]
-        r = PodRequest(namespace="bench", name=f"c-{i}", uid=f"c-{i}", template=template,
-                       count=count)  # fmt: skip
+        name = f"c-{i}"
+        r = PodRequest(namespace="bench", name=name, uid=name, template=template, count=count)
         got = memo.place(ledger, r, policy, avoid=frozenset(), first_index=0)
         if not isinstance(got, Placement):
             raise SystemExit(f"{r.name} did not fit: {got.message}")

@@ -132,8 +132,10 @@ class Ledger:
         if old is None:
             bisect.insort(self._names, inventory.name)
         self._node_changed(inventory.name)
-        offer_moved = old is None or _offer(old) != _offer(inventory)
-        if offer_moved and self._catalog.set_node(inventory.name, _offer(inventory)):
+        # Most updates change capacity, not the offer: comparing the chips'
+        # shared template lists is cheaper than the catalog's own comparison.
+        offer = _offer(inventory)
+        if (old is None or _offer(old) != offer) and self._catalog.set_node(inventory.name, offer):
             self._catalog_moved()
 
     def remove_node(self, name: str) -> NodeInventory | None:
