@@ -67,7 +67,9 @@ class LeaseLiveness:
         self.wall = wall
         self.expiry: dict[str, float] = {}
         self._reported: dict[str, bool] = {}
+        self._read: dict[str, tuple[Any, Any, Any]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._armed_for: dict[str, float] = {}
 
     def live(self, node: str) -> bool:
         return self.expiry.get(node, 0.0) > self.wall()
@@ -79,14 +81,22 @@ class LeaseLiveness:
             return
         node = name[len(names.LEASE_PREFIX) :]
         spec = obj.get("spec") or {}
-        renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
-        duration = spec.get("leaseDurationSeconds") or 0
+        read = (spec.get("renewTime"), spec.get("acquireTime"), spec.get("leaseDurationSeconds"))
+        if event_type != "DELETED" and self._read.get(node) == read:
+            # Each poll reads every Lease again; one not renewed since the
+            # last read moves nothing but may have run out meanwhile.
+            self._report(node)
+            return
+        renewed = parse_time(read[0]) or parse_time(read[1])
+        duration = read[2] or 0
         if event_type == "DELETED" or renewed is None or not isinstance(duration, int):
             self.expiry.pop(node, None)
+            self._read.pop(node, None)
             self._cancel_timer(node)
         else:
             expiry = renewed + duration + self.grace
             self.expiry[node] = expiry
+            self._read[node] = read
             self._arm_timer(node, expiry)
         self._report(node)
 
@@ -94,6 +104,7 @@ class LeaseLiveness:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        self._armed_for.clear()
 
     def _report(self, node: str) -> None:
         # A renewal that leaves the node as live as it was changes nothing
@@ -104,11 +115,20 @@ class LeaseLiveness:
             self.changed(node)
 
     def _cancel_timer(self, node: str) -> None:
+        self._armed_for.pop(node, None)
         old = self._timers.pop(node, None)
         if old is not None:
             old.cancel()
 
     def _arm_timer(self, node: str, expiry: float) -> None:
+        # A renewal only moves the expiry later: the timer armed for the
+        # earlier one stays, and on firing arms itself again for the expiry
+        # read since. So a node costs one timer per Lease duration, not one
+        # per poll (at 2000 nodes re-arming on every read was a tenth of the
+        # operator's CPU, idle).
+        armed = self._armed_for.get(node)
+        if armed is not None and armed <= expiry:
+            return
         self._cancel_timer(node)
         try:
             loop = asyncio.get_running_loop()
@@ -116,9 +136,14 @@ class LeaseLiveness:
             return
         delay = max(expiry - self.wall(), 0) + 0.1
         self._timers[node] = loop.call_later(delay, self._expired, node)
+        self._armed_for[node] = expiry
 
     def _expired(self, node: str) -> None:
         self._timers.pop(node, None)
+        self._armed_for.pop(node, None)
+        expiry = self.expiry.get(node)
+        if expiry is not None and expiry > self.wall():
+            self._arm_timer(node, expiry)
         self._report(node)
 
 
