@@ -8,7 +8,7 @@ allocation covers (orphans hold capacity until the agent collects them).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from vnpu_common.api.models import ChipStatus, TemplateResources
@@ -115,6 +115,29 @@ class NodeState:
         return usage_score(
             Resources.sum(c.used for c in chips), Resources.sum(c.total for c in chips)
         )
+
+
+# What fitting reads of a node, with no name (see `fingerprint`).
+Fingerprint = tuple[Hashable, ...]
+
+
+def fingerprint(state: NodeState) -> Fingerprint:
+    """Everything of a node's capacity that fitting one request reads
+    (fitting.fit_node, scoring.Scorer): what no allocation moves
+    (NodeInventory.chips_print: per chip its model, health, id range, offer,
+    cordon and totals), then per chip what is used and how many vNPUs, and
+    the ids the node holds. Two nodes with equal prints give every request
+    the same slots and rank, whatever else differs (names, allocation
+    names, serial numbers)."""
+    chips = state.chips
+    return (
+        state.inventory.chips_print,
+        tuple(
+            (i, c.used.aicore, c.used.memory_mb, c.used.aicpu, c.used.media, c.vnpus)
+            for i, c in sorted(chips.items())
+        ),
+        frozenset(state.used_ids),
+    )
 
 
 def build_node_state(

@@ -23,8 +23,10 @@ from vnpu_common.api.models import TemplateResources
 from vnpu_operator.placement.candidates import CandidateIndex
 from vnpu_operator.placement.capacity import (
     ChipCapacity,
+    Fingerprint,
     NodeState,
     build_node_state,
+    fingerprint,
 )
 from vnpu_operator.placement.catalog import CatalogIndex
 from vnpu_operator.placement.errors import AllocationConflictError
@@ -80,6 +82,13 @@ class Ledger:
         # dropped with its fits. Building it sums every vNPU on the node; a
         # placement asks a changed node once per request shape, each from a copy.
         self._states: dict[str, NodeState] = {}
+        # Fits by what a node holds rather than by its name (capacity.fingerprint):
+        # a request shape's first placement asks every node, and most nodes
+        # of a cluster look alike then (empty, or holding the same few
+        # vNPUs), so one fit answers for all of them. Node -> its print, and
+        # (print, fit key) -> the fit.
+        self._prints: dict[str, Fingerprint] = {}
+        self._shared_fits: dict[tuple[Fingerprint, _FitKey], Fit] = {}
         # The nodes each request shape fits on, ranked (placement.candidates).
         self._candidates: CandidateIndex[list[tuple[int, int]], Reason] = CandidateIndex()
         # Preempting pods' claims: pod uid -> its nomination; node -> uids.
@@ -169,6 +178,7 @@ class Ledger:
         """What placement knows of the node moved: its cached answers go."""
         self._fits.pop(name, None)
         self._states.pop(name, None)
+        self._prints.pop(name, None)
         self._candidates.changed(name)
 
     def _catalog_moved(self) -> None:
@@ -176,6 +186,8 @@ class Ledger:
         answer may differ."""
         self._fits.clear()
         self._states.clear()
+        self._prints.clear()
+        self._shared_fits.clear()
         self._candidates.clear()
         self.catalog_epoch += 1
 
@@ -474,11 +486,35 @@ class Ledger:
             tuple(r.uid for r in held),
         )
         outcome = fits.get(key)
-        if outcome is None:
+        if outcome is not None:
+            return outcome
+        if held:
+            # Nominees are pods, not capacity: their fit is this node's own.
             state = self._state(inventory)
             outcome = fits[key] = hold(state, held, policy, self._catalog.largest) or fit_node(
                 state, request, need, policy, self._catalog.largest
             )
+            return outcome
+        printed = self._prints.get(inventory.name)
+        if printed is None:
+            if inventory.bare and not self._by_node.get(inventory.name):
+                # Nothing on it: its chips say it all, and its capacity need
+                # not be built to be told apart (a first placement at
+                # thousands of nodes mostly asks such nodes).
+                printed = (inventory.chips_print,)
+            else:
+                printed = fingerprint(self._built_state(inventory))
+            self._prints[inventory.name] = printed
+        outcome = self._shared_fits.get((printed, key))
+        if outcome is None:
+            outcome = fit_node(self._state(inventory), request, need, policy, self._catalog.largest)
+            if len(self._shared_fits) >= _SHARED_FITS_MAX:
+                self._shared_fits.clear()
+            self._shared_fits[(printed, key)] = outcome
+        if not isinstance(outcome, Reason):
+            # Each node its own slot list: callers may hold on to it.
+            outcome = (list(outcome[0]), outcome[1])
+        fits[key] = outcome
         return outcome
 
     def _book(
@@ -553,6 +589,10 @@ class Ledger:
         kept = (a for a in allocs if a.pod_uid not in pods)
         return build_node_state(inventory, kept, self._catalog.templates, destroyed)
 
+
+# Fits kept by print at most; alike nodes share a handful, and a cluster
+# of unlike nodes simply starts over.
+_SHARED_FITS_MAX = 8192
 
 _FitKey = tuple[str, str | None, ChargedSize | None, int, Policy, tuple[str, ...]]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -135,6 +136,13 @@ class NodeInventory:
     offers: Mapping[int, Mapping[str, Resources]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    # What fitting reads of the chips that no allocation moves (model,
+    # health, id range, offer, cordon, totals), as a number: inventories
+    # alike in it share one (capacity.fingerprint).
+    chips_print: int = field(default=0, init=False, repr=False, compare=False)
+    # No chip lists a vNPU: with no allocations either, the node's capacity
+    # is its chips_print alone.
+    bare: bool = field(default=True, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -156,6 +164,8 @@ class NodeInventory:
             for chip in self.status.chips
         }
         object.__setattr__(self, "offers", offers)
+        object.__setattr__(self, "chips_print", _chips_print(self.status.chips, self.cordoned))
+        object.__setattr__(self, "bare", not any(chip.vnpus for chip in self.status.chips))
 
     def chip(self, index: int) -> ChipStatus | None:
         return next((c for c in self.status.chips if c.index == index), None)
@@ -234,6 +244,39 @@ def _share_templates(status: VNPUNodeStatus) -> None:
                 continue
             shared = _TEMPLATE_LISTS[key] = chip.templates
         chip.templates = shared
+
+
+# Chips content -> its number (NodeInventory.chips_print). A cluster has a
+# handful of node kinds; past this many, hand-made VNPUNodes are inventing
+# them, and each new one gets a number of its own, equal to no other.
+_CHIPS_PRINTS: dict[tuple[object, ...], int] = {}
+_CHIPS_PRINTS_MAX = 4096
+_unshared_prints = itertools.count(-1, -1)
+
+
+def _chips_print(chips: Iterable[ChipStatus], cordoned: Mapping[int, str]) -> int:
+    key = tuple(
+        (
+            c.index,
+            c.model,
+            c.health,
+            c.vnpu_id_min,
+            c.vnpu_id_max,
+            c.index in cordoned,
+            c.aicore_total,
+            c.memory_total_mb,
+            c.aicpu_total,
+            c.media_total,
+            tuple((t.name, t.aicore, t.memory_mb, t.aicpu, t.media) for t in c.templates),
+        )
+        for c in sorted(chips, key=lambda c: c.index)
+    )
+    number = _CHIPS_PRINTS.get(key)
+    if number is None:
+        if len(_CHIPS_PRINTS) >= _CHIPS_PRINTS_MAX:
+            return next(_unshared_prints)
+        number = _CHIPS_PRINTS[key] = len(_CHIPS_PRINTS) + 1
+    return number
 
 
 _NAME_CHARS = re.compile(r"[^a-z0-9.-]")
