@@ -10,6 +10,8 @@
 #           nodes, 4 agents, 1000 pods at 20/s with the floor replay (cores 8-15)
 #   scale   python -m bench.scale at 250 and 2000 nodes (cores 0-7) beside 500
 #           and 1000 (cores 8-15), 300 pods at 5/s each; merged into one file
+#   release 1000 nodes alone (cores 8-15), 300 churn pods, no replays: the
+#           fill's release with the API server profiled, the profiles in $OUT
 #
 # e.g. carry [".device/part1"]: bash bench/device_run.sh unpack
 #      carry [".device/part2"]: bash bench/device_run.sh unpack main
@@ -148,6 +150,17 @@ main_runs() {
     show "$OUT/results-200.log" "$OUT/results-1000.log"
 }
 
+release_runs() {
+    setup
+    # shellcheck disable=SC2086 # MAIN_ARGS: several options
+    pinned release-1000 "$CORES_B" -m bench --nodes "${NODES_B:-1000}" --agents 4 \
+        --pods "${PODS_1000:-300}" --rate 20 --idle 5 --no-floors --no-floor-replay --timeout 300 \
+        --out "$OUT/release-1000.json" --apiserver-profile --workdir "$DEV/r1000" ${MAIN_ARGS:-}
+    # Files come back flat and few: the release's API server profiles beside the results.
+    cp "$DEV"/r1000/release-apiserver-*.pprof "$OUT/" 2>/dev/null || true
+    show "$OUT/release-1000.log"
+}
+
 scale_runs() {
     setup
     # shellcheck disable=SC2086 # SCALE_ARGS: several options
@@ -173,6 +186,7 @@ for mode in "$@"; do
         unpack) unpack ;;
         main) main_runs ;;
         scale) scale_runs ;;
-        *) echo "unknown mode $mode (unpack, main, scale)" >&2; exit 2 ;;
+        release) release_runs ;;
+        *) echo "unknown mode $mode (unpack, main, scale, release)" >&2; exit 2 ;;
     esac
 done
