@@ -88,6 +88,21 @@ def audit_events(path: Path, start: int, end: int, *, reads: bool = False) -> li
     return out
 
 
+def release_write_rows(writes: dict[str, dict[str, int]]) -> list[tuple[str, str]]:
+    """The release window's writes (component -> "verb resource" -> count) as
+    report rows: the busiest component first, its five commonest writes."""
+    rows = []
+    for who, counts in sorted(writes.items(), key=lambda x: (-sum(x[1].values()), x[0])):
+        top = sorted(counts.items(), key=lambda x: (-x[1], x[0]))[:5]
+        rows.append(
+            (
+                f"  release's writes: {who}",
+                f"{sum(counts.values())}  " + ", ".join(f"{k} {v}" for k, v in top),
+            )
+        )
+    return rows
+
+
 def tally(events: list[dict[str, Any]]) -> dict[str, Counter[str]]:
     """component -> Counter of "verb resource"."""
     out: dict[str, Counter[str]] = defaultdict(Counter)
@@ -387,6 +402,8 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
             f"  release's CPU s in {f2['release_window_s']:.1f}s (total {sum(spent.values()):.1f})",
             ", ".join(f"{k} {v:.1f}" for k, v in top),
         )
+    for label, value in release_write_rows(f2.get("release_writes") or {}):
+        row(label, value)
     served = f2.get("served") or {}
     for key, label in (
         ("gone_to_placed", "as served: freed -> placed"),

@@ -416,6 +416,7 @@ async def fill_phase(run: Run) -> Filled:
     # Whom the release's CPU went to: on 2 cores, a delay no process's own
     # work explains is the wait for a core.
     release_spent = release_cpu.stop()
+    release_end = audit.stat().st_size
     if sampler:
         sampled = await asyncio.to_thread(sampler.stop)
         run.out["release_stacks"] = {k: v.to_json() for k, v in sampled.items()}
@@ -456,6 +457,12 @@ async def fill_phase(run: Run) -> Filled:
         "release_rate": args.release_rate or None,
         "release_window_s": round(release_spent["window_s"], 2),
         "release_cpu_seconds": release_spent["cpu_seconds"],
+        # Every write the API server served in the release window: what its
+        # CPU went to (a VNPUNode write costs five allocation writes).
+        "release_writes": {
+            k: dict(v)
+            for k, v in report.tally(report.audit_events(audit, release_mark, release_end)).items()
+        },
         "gone_to_placed": report.summary(gone_to_placed, (50, 99)),
         "gone_to_ungated": report.summary(gone_to_ungated, (50, 99)),
         **release.split(freed_at, sent_at, taken_at),

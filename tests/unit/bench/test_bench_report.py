@@ -9,6 +9,7 @@ from bench.report import (
     agents_total,
     burst_cpu_rows,
     pct,
+    release_write_rows,
     saturation_hint,
     summary,
     webhook_calls_in,
@@ -131,3 +132,30 @@ def test_burst_cpu_rows_without_floor_or_figures() -> None:
     # Results written before the burst's CPU was measured print nothing.
     assert burst_cpu_rows({"pods": 10, "ours_pods_per_s": 3.0}) == []
     assert burst_cpu_rows({"pods": 0, "cpu": {"ours": ours}}) == []
+
+
+def test_release_writes_busiest_component_first_with_its_commonest_writes() -> None:
+    rows = release_write_rows(
+        {
+            "operator": {"create vnpuallocations": 400, "delete vnpuallocations": 400},
+            "agent": {
+                "patch vnpunodes/status": 180,
+                "patch vnpuallocations": 400,
+                "patch vnpuallocations/status": 400,
+                "patch leases": 300,
+                "create events": 2,
+                "patch nodes": 1,
+            },
+        }
+    )
+    assert [label for label, _ in rows] == [
+        "  release's writes: agent",
+        "  release's writes: operator",
+    ]
+    # Six kinds of agent writes: the five commonest shown, the total of all.
+    assert rows[0][1] == (
+        "1283  patch vnpuallocations 400, patch vnpuallocations/status 400, "
+        "patch leases 300, patch vnpunodes/status 180, create events 2"
+    )
+    assert rows[1][1] == "800  create vnpuallocations 400, delete vnpuallocations 400"
+    assert release_write_rows({}) == []
