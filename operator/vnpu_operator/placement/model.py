@@ -229,15 +229,21 @@ class NodeReport:
 # Template lists by content. Every chip of a model offers the same list, and
 # at 1000 nodes x 8 chips the lists were 36 MB of the operator's 49 MB of
 # parsed inventories; shared, they are a few KB. Nothing mutates them.
-_TEMPLATE_LISTS: dict[tuple[tuple[str, int, int, int, int], ...], list[TemplateResources]] = {}
+_TemplatesKey = tuple[tuple[str, int, int, int, int], ...]
+_TEMPLATE_LISTS: dict[_TemplatesKey, list[TemplateResources]] = {}
 # Distinct lists a cluster offers are a handful; past this many, a hand-made
 # VNPUNode is inventing them and they are not kept.
 _TEMPLATE_LISTS_MAX = 256
 
 
+def _templates_key(templates: Iterable[TemplateResources]) -> _TemplatesKey:
+    """A chip's template list by content: equal for lists that offer alike."""
+    return tuple((t.name, t.aicore, t.memory_mb, t.aicpu, t.media) for t in templates)
+
+
 def _share_templates(status: VNPUNodeStatus) -> None:
     for chip in status.chips:
-        key = tuple((t.name, t.aicore, t.memory_mb, t.aicpu, t.media) for t in chip.templates)
+        key = _templates_key(chip.templates)
         shared = _TEMPLATE_LISTS.get(key)
         if shared is None:
             if len(_TEMPLATE_LISTS) >= _TEMPLATE_LISTS_MAX:
@@ -267,7 +273,7 @@ def _chips_print(chips: Iterable[ChipStatus], cordoned: Mapping[int, str]) -> in
             c.memory_total_mb,
             c.aicpu_total,
             c.media_total,
-            tuple((t.name, t.aicore, t.memory_mb, t.aicpu, t.media) for t in c.templates),
+            _templates_key(c.templates),
         )
         for c in sorted(chips, key=lambda c: c.index)
     )
