@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import re
@@ -136,10 +137,6 @@ class NodeInventory:
     offers: Mapping[int, Mapping[str, Resources]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
-    # What fitting reads of the chips that no allocation moves (model,
-    # health, id range, offer, cordon, totals), as a number: inventories
-    # alike in it share one (capacity.fingerprint).
-    chips_print: int = field(default=0, init=False, repr=False, compare=False)
     # No chip lists a vNPU: with no allocations either, the node's capacity
     # is its chips_print alone.
     bare: bool = field(default=True, init=False, repr=False, compare=False)
@@ -164,8 +161,16 @@ class NodeInventory:
             for chip in self.status.chips
         }
         object.__setattr__(self, "offers", offers)
-        object.__setattr__(self, "chips_print", _chips_print(self.status.chips, self.cordoned))
         object.__setattr__(self, "bare", not any(chip.vnpus for chip in self.status.chips))
+
+    @functools.cached_property
+    def chips_print(self) -> int:
+        """What fitting reads of the chips that no allocation moves (model,
+        health, id range, offer, cordon, totals), as a number: inventories
+        alike in it share one (capacity.fingerprint). Worked out on the first
+        fit, not on each build: a Lease or Node change rebuilds inventories
+        that placement may never ask."""
+        return _chips_print(self.status.chips, self.cordoned)
 
     def chip(self, index: int) -> ChipStatus | None:
         return next((c for c in self.status.chips if c.index == index), None)
