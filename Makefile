@@ -149,6 +149,10 @@ bench-placement: $(STAMP) ## placement quality per policy: 200 nodes, no control
 bench-policies: $(STAMP) plane-main ## API server CPU per plain pod with and without the protection policies, 20 nodes (bench/results-policies.json; minutes)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.policycost --out bench/results-policies.json
 
+.PHONY: bench-writecost
+bench-writecost: $(STAMP) plane-main ## API server CPU per VNPUNode status write, templates per chip, per model and none (about 2 min; bench/results-writecost.json)
+	PYTHONPATH=$(PYPATH) $(PY) -m bench.writecost --out bench/results-writecost.json
+
 .PHONY: bench-failover
 bench-failover: $(STAMP) plane-main ## HA: 10 leader SIGKILLs in a 200-pod churn, 200 nodes, default lease (4 s; about 7 min on 2 cores; bench/results-failover.json)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.failover --nodes 200 --agents 4 --pods 200 --rate 1.0 --hold 30 --kills 10 --workdir /tmp/vnpu-bench-failover4 --out bench/results-failover.json

@@ -110,7 +110,7 @@ def catalog(inventories: Iterable[NodeInventory]) -> Catalog:
     out: dict[tuple[str, str], TemplateResources] = {}
     for inventory in sorted(inventories, key=lambda i: i.name):
         for chip in inventory.status.chips:
-            for template in chip.templates:
+            for template in inventory.status.chip_templates(chip):
                 out.setdefault((chip.model, template.name), template)
     return out
 

@@ -11,6 +11,7 @@ from vnpu_agent.drivers.base import VNPU, ChipInfo, TemplateSpec
 from vnpu_common.api.models import (
     ChipStatus,
     Condition,
+    ModelTemplates,
     TemplateResources,
     VNPUInfo,
     VNPUNodeStatus,
@@ -43,6 +44,7 @@ def build_status(
     in the status for `kubectl get` (placement reads the spec itself). `dra`:
     the node's chips are a DRA pool (--dra)."""
     owner_of = owners(allocations)
+    models, own = _offers(chips, templates)
     chip_statuses = []
     for chip in sorted(chips, key=lambda c: c.index):
         present = sorted((v for v in vnpus.values() if v.chip == chip.index), key=lambda v: v.id)
@@ -64,16 +66,7 @@ def build_status(
                 media_free=chip.media_free,
                 vnpu_id_min=chip.vnpu_id_min,
                 vnpu_id_max=chip.vnpu_id_max,
-                templates=[
-                    TemplateResources(
-                        name=t.name,
-                        aicore=t.aicore,
-                        memory_mb=t.memory_mb,
-                        aicpu=t.aicpu,
-                        media=t.media,
-                    )
-                    for t in templates.get(chip.index, [])
-                ],
+                templates=own.get(chip.index),
                 vnpus=[
                     VNPUInfo(
                         id=v.id,
@@ -92,12 +85,35 @@ def build_status(
         chip_count=len(chip_statuses),
         vnpu_count=sum(len(c.vnpus) for c in chip_statuses),
         free_aicore=sum(c.aicore_free for c in chip_statuses if c.health == "Healthy"),
+        models=models,
         chips=chip_statuses,
         conditions=conditions,
         cordoned=_indexes(cordoned),
         unhealthy=_indexes(c.index for c in chip_statuses if c.health != "Healthy"),
     )
     return status.to_api()
+
+
+def _offers(
+    chips: list[ChipInfo], templates: Mapping[int, list[TemplateSpec]]
+) -> tuple[list[ModelTemplates], dict[int, list[TemplateResources]]]:
+    """Each model's list (its lowest-index chip's) and the chips that offer
+    otherwise, with their own lists."""
+    models: dict[str, list[TemplateResources]] = {}
+    own: dict[int, list[TemplateResources]] = {}
+    for chip in sorted(chips, key=lambda c: c.index):
+        offered = [
+            TemplateResources(
+                name=t.name, aicore=t.aicore, memory_mb=t.memory_mb, aicpu=t.aicpu, media=t.media
+            )
+            for t in templates.get(chip.index, [])
+        ]
+        if chip.model not in models:
+            models[chip.model] = offered
+        elif offered != models[chip.model]:
+            own[chip.index] = offered
+    listed = [ModelTemplates(model=m, templates=t) for m, t in sorted(models.items())]
+    return listed, own
 
 
 # What the allocations already tell whoever reads the VNPUNode: the vNPUs

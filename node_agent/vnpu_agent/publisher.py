@@ -24,7 +24,7 @@ from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.mirror import NodeMirror
 from vnpu_common import names
-from vnpu_common.api.models import ChipStatus
+from vnpu_common.api.models import VNPUNodeStatus
 from vnpu_common.backoff import Backoff
 from vnpu_common.rawcall import describe
 from vnpu_common.types import Raw
@@ -139,7 +139,9 @@ class NodePublisher:
         if self.pool is not None and view.ok:
             # The pool changes only with the chips' identity, health, totals
             # and templates or the cordons; it compares and wakes its task.
-            self.pool.update([ChipStatus.model_validate(c) for c in status["chips"]], cordoned)
+            parsed = VNPUNodeStatus.model_validate(status)
+            parsed.resolve_templates()
+            self.pool.update(parsed.chips, cordoned)
         if status == self._last_status and not self._force:
             self._released_since = None
             return

@@ -32,6 +32,7 @@ from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_common import names
+from vnpu_common.api.models import VNPUNodeStatus
 
 pytestmark = pytest.mark.plane
 
@@ -266,8 +267,14 @@ def assert_no_double_booking(plane: LocalPlane, nodes: list[str]) -> list[dict[s
         status = (get_json(plane, "vnpunode", node) or {}).get("status") or {}
         chips = status.get("chips") or []
         assert chips, f"VNPUNode {node} lists no chips"
+        parsed = VNPUNodeStatus.model_validate(status)
         for chip in chips:
-            offered = {t["name"]: t for t in chip["templates"]}
+            offered = {
+                t.name: t.model_dump(by_alias=True)
+                for c in parsed.chips
+                if c.index == chip["index"]
+                for t in parsed.chip_templates(c)
+            }
             mine = [
                 spec_of(a)
                 for a in allocs

@@ -286,15 +286,30 @@ class ChipStatus(ApiModel):
         le=names.VNPU_ID_MAX,
         description="Highest vNPU id the driver accepts on this chip.",
     )
-    templates: list[TemplateResources] = Field(
-        default_factory=list,
-        description="Templates this chip offers and what one vNPU of each takes, by name.",
+    # Absent (None) rather than empty when the model's list holds: [] is a
+    # chip that offers nothing, which a driver reports for a chip it cannot
+    # list.
+    templates: list[TemplateResources] | None = Field(
+        default=None,
+        description="Templates this chip offers, where they differ from its model's in "
+        "status.models; absent when they do not (VNPUNodeStatus.chip_templates).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     vnpus: list[VNPUInfo] = Field(
         default_factory=list,
         description="vNPUs present on the chip now, with their owners, by id.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+    )
+
+
+class ModelTemplates(ApiModel):
+    """The templates every chip of one model on the node offers."""
+
+    model: str = Field(min_length=1, description="Chip model, as in status.chips[].model.")
+    templates: list[TemplateResources] = Field(
+        default_factory=list,
+        description="Templates the model's chips offer and what one vNPU of each takes, by name.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
 
 
@@ -323,6 +338,17 @@ class VNPUNodeStatus(ApiModel):
     unhealthy: str = Field(
         default="", max_length=4096, description="Chips the driver reports unhealthy, e.g. 1."
     )
+    # Once per model, not per chip: every chip of a model offers the same
+    # list, and repeated on 8 chips it was 60% of the object the API server
+    # decodes, validates and encodes whole on every status write.
+    models: list[ModelTemplates] = Field(
+        default_factory=list,
+        description="Templates each chip model on the node offers, by model.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["model"],
+        },
+    )
     chips: list[ChipStatus] = Field(
         default_factory=list,
         description="Every NPU chip of the node, by index.",
@@ -337,6 +363,18 @@ class VNPUNodeStatus(ApiModel):
         max_length=8,
         description="Ready (the driver answers) and ChipsHealthy (no chip is unhealthy), by type.",
     )
+
+    def chip_templates(self, chip: ChipStatus) -> list[TemplateResources]:
+        """What `chip` offers: its own list where it has one, else its model's."""
+        if chip.templates is not None:
+            return chip.templates
+        return next((m.templates for m in self.models if m.model == chip.model), [])
+
+    def resolve_templates(self) -> None:
+        """Gives every chip its list (chip_templates), for readers that take
+        a chip alone; an object resolved so is not one to write back."""
+        for chip in self.chips:
+            chip.templates = self.chip_templates(chip)
 
 
 class CordonedChip(ApiModel):

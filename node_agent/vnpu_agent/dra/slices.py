@@ -116,7 +116,7 @@ def chip_devices(chip: ChipStatus, *, cordoned: bool) -> list[dict[str, Any]]:
     if cordoned:
         taints.append({"key": TAINT_CORDONED, "effect": "NoSchedule"})
     devices = []
-    for template in chip.templates:
+    for template in chip.templates or ():
         for n in range(instances(chip, template)):
             device: dict[str, Any] = {
                 "name": names.dra_device_name(chip.index, template.name, n),

@@ -34,8 +34,9 @@ class OfferedTemplates:
         sizes: dict[tuple[str, str], tuple[int, int]] = {}
         for status in statuses:
             for chip in status.chips:
-                offered.setdefault(chip.model, set()).update(t.name for t in chip.templates)
-                for t in chip.templates:
+                templates = status.chip_templates(chip)
+                offered.setdefault(chip.model, set()).update(t.name for t in templates)
+                for t in templates:
                     sizes.setdefault((chip.model, t.name), (t.aicore, t.memory_mb))
         return cls({model: frozenset(names) for model, names in offered.items() if names}, sizes)
 

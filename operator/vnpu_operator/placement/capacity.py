@@ -23,7 +23,7 @@ HEALTHY = "Healthy"
 
 def offered(chip: ChipStatus, template: str | None) -> TemplateResources | None:
     """The chip's own offer of `template`, or None."""
-    return next((t for t in chip.templates if t.name == template), None)
+    return next((t for t in chip.templates or () if t.name == template), None)
 
 
 def template_resources(chip: ChipStatus, template: str, catalog: Catalog) -> Resources | None:

@@ -604,4 +604,5 @@ def _no_fit(request: PodRequest, reasons: dict[str, Reason]) -> NoFit:
 
 def _offer(inventory: NodeInventory) -> list[tuple[str, list[TemplateResources]]]:
     """What a node contributes to the catalog."""
-    return [(chip.model, chip.templates) for chip in inventory.status.chips]
+    status = inventory.status
+    return [(chip.model, status.chip_templates(chip)) for chip in status.chips]

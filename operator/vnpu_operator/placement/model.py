@@ -156,8 +156,11 @@ class NodeInventory:
         except SelectorError as err:
             raise InvalidInventoryError(str(err)) from err
         object.__setattr__(self, "compiled_taints", taints)
+        # Every chip with its own list, so that a chip read alone tells what
+        # it offers (an inventory built from a VNPUNode has them already).
+        self.status.resolve_templates()
         offers = {
-            chip.index: {t.name: Resources.of_template(t) for t in reversed(chip.templates)}
+            chip.index: {t.name: Resources.of_template(t) for t in reversed(chip.templates or ())}
             for chip in self.status.chips
         }
         object.__setattr__(self, "offers", offers)
@@ -248,12 +251,12 @@ def _templates_key(templates: Iterable[TemplateResources]) -> _TemplatesKey:
 
 def _share_templates(status: VNPUNodeStatus) -> None:
     for chip in status.chips:
-        key = _templates_key(chip.templates)
+        key = _templates_key(status.chip_templates(chip))
         shared = _TEMPLATE_LISTS.get(key)
         if shared is None:
             if len(_TEMPLATE_LISTS) >= _TEMPLATE_LISTS_MAX:
                 continue
-            shared = _TEMPLATE_LISTS[key] = chip.templates
+            shared = _TEMPLATE_LISTS[key] = status.chip_templates(chip)
         chip.templates = shared
 
 
@@ -278,7 +281,7 @@ def _chips_print(chips: Iterable[ChipStatus], cordoned: Mapping[int, str]) -> in
             c.memory_total_mb,
             c.aicpu_total,
             c.media_total,
-            _templates_key(c.templates),
+            _templates_key(c.templates or ()),
         )
         for c in sorted(chips, key=lambda c: c.index)
     )

@@ -124,6 +124,27 @@ async def test_the_pool_is_written_once_with_the_status_saying_dra(tmp_path: Pat
     assert len(fake.writes) == 2
 
 
+async def test_every_chip_offers_its_models_templates_as_devices(tmp_path: Path) -> None:
+    # The status lists each model's templates once (status.models); the pool
+    # is built from chips that each carry their model's list.
+    fake = FakeSlices()
+    agent = await dra_agent(tmp_path, fake, chips="910B3=1,310P3=1")
+    await agent.publish()
+    assert "templates" not in cast(RecordingApi, agent.api).status["chips"][0]
+    await pool_of(agent).sync()
+    sim = SimDriver(tmp_path / "sim.json")
+    devices = fake.objects["n1-vnpu-devices-0"]["spec"]["devices"]
+    for chip in sim.list_chips():
+        offered = {t.name for t in sim.list_templates(chip.index)}
+        listed = {
+            parsed[1]
+            for d in devices
+            if (parsed := names.parse_dra_device_name(d["name"])) and parsed[0] == chip.index
+        }
+        assert offered, chip.index
+        assert listed == offered, chip.index
+
+
 async def test_a_vnpu_changes_no_slice(tmp_path: Path) -> None:
     fake = FakeSlices()
     agent = await dra_agent(tmp_path, fake)
