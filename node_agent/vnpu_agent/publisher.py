@@ -179,7 +179,7 @@ class NodePublisher:
         the vNPU placed on the freed room next rides along), else since the last
         write (a quiet node shows a vNPU it made at once). A node filling
         up writes once per interval instead of once per vNPU. A VNPUNode status
-        write costs the API server about five times an allocation's (a 6 KB
+        write costs the API server about three times an allocation's (a 3 KB
         object validated whole on every write)."""
         last = self._last_status
         if last is None:
