@@ -26,10 +26,13 @@ _CONDITION_TYPE_PATTERN = (
 )
 _CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
-LIST_MAP_BY_TYPE: dict[str, Any] = {
-    "x-kubernetes-list-type": "map",
-    "x-kubernetes-list-map-keys": ["type"],
-}
+
+def list_map(key: str) -> dict[str, Any]:
+    """A list the API server merges by `key` (x-kubernetes-list-type map)."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
+
+
+LIST_MAP_BY_TYPE: dict[str, Any] = list_map("type")
 
 
 class ApiModel(BaseModel):
@@ -293,12 +296,12 @@ class ChipStatus(ApiModel):
         default=None,
         description="Templates this chip offers, where they differ from its model's in "
         "status.models; absent when they do not (VNPUNodeStatus.chip_templates).",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        json_schema_extra=list_map("name"),
     )
     vnpus: list[VNPUInfo] = Field(
         default_factory=list,
         description="vNPUs present on the chip now, with their owners, by id.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+        json_schema_extra=list_map("id"),
     )
 
 
@@ -309,7 +312,7 @@ class ModelTemplates(ApiModel):
     templates: list[TemplateResources] = Field(
         default_factory=list,
         description="Templates the model's chips offer and what one vNPU of each takes, by name.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        json_schema_extra=list_map("name"),
     )
 
 
@@ -344,18 +347,12 @@ class VNPUNodeStatus(ApiModel):
     models: list[ModelTemplates] = Field(
         default_factory=list,
         description="Templates each chip model on the node offers, by model.",
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["model"],
-        },
+        json_schema_extra=list_map("model"),
     )
     chips: list[ChipStatus] = Field(
         default_factory=list,
         description="Every NPU chip of the node, by index.",
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["index"],
-        },
+        json_schema_extra=list_map("index"),
     )
     conditions: list[Condition] = Field(
         default_factory=list,
@@ -393,7 +390,7 @@ class VNPUNodeSpec(ApiModel):
         default_factory=list,
         max_length=1024,
         description="Chips out of service for new vNPUs (kubectl vnpu cordon; docs/USAGE.md).",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["chip"]},
+        json_schema_extra=list_map("chip"),
     )
 
 

@@ -251,12 +251,13 @@ def _templates_key(templates: Iterable[TemplateResources]) -> _TemplatesKey:
 
 def _share_templates(status: VNPUNodeStatus) -> None:
     for chip in status.chips:
-        key = _templates_key(status.chip_templates(chip))
+        offered = status.chip_templates(chip)
+        key = _templates_key(offered)
         shared = _TEMPLATE_LISTS.get(key)
         if shared is None:
             if len(_TEMPLATE_LISTS) >= _TEMPLATE_LISTS_MAX:
                 continue
-            shared = _TEMPLATE_LISTS[key] = status.chip_templates(chip)
+            shared = _TEMPLATE_LISTS[key] = offered
         chip.templates = shared
 
 
