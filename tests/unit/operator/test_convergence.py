@@ -112,3 +112,51 @@ async def test_an_error_on_the_first_page_is_raised_not_retried() -> None:
         await convergence.list_keys(Kind("thing", "/things", dict, lambda _obj: None))
     assert exc.value.status == 410
     assert len(server.requests) == 1
+
+
+async def test_a_pass_spreads_its_requests_over_a_share_of_the_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two kinds of five objects, pages of two: three requests each. The
+    # caches predict that (five cached, 5 // 2 + 1 = 3), so the six requests
+    # are spaced evenly over a quarter of the 60 s interval, and no two of
+    # them go out back to back.
+    server = PagedServer(["a", "b", "c", "d", "e"])
+    server.expired_once = True
+    cached = {n: obj(n, "1") for n in "abcde"}
+    kinds = [Kind(k, f"/{k}", lambda: cached, lambda _obj: None) for k in ("one", "two")]
+    convergence = Convergence(server, kinds, interval=60, retry_max=1, page_size=2, spread=0.25)  # type: ignore[arg-type]
+    slept: list[float] = []
+    clock = 0.0
+    sent_at: list[float] = []
+    real_call = server.call_api
+
+    async def sleep(seconds: float) -> None:
+        nonlocal clock
+        slept.append(seconds)
+        clock += seconds
+
+    async def call_api(path: str, method: str, **kwargs: Any) -> Answer:
+        sent_at.append(clock)
+        return await real_call(path, method, **kwargs)
+
+    monkeypatch.setattr("vnpu_operator.convergence.asyncio.sleep", sleep)
+    monkeypatch.setattr(server, "call_api", call_api)
+    assert convergence.gap() == pytest.approx(15 / 6)
+    assert await convergence.converge() == 0
+    assert len(sent_at) == 6
+    assert sent_at == pytest.approx([i * 15 / 6 for i in range(6)])
+    assert sum(slept) <= 60 * 0.25
+
+
+def test_the_gap_follows_the_caches_and_bounds_the_pass() -> None:
+    small = {n: obj(n, "1") for n in "ab"}
+    big = {str(i): obj(str(i), "1") for i in range(1000)}
+    kind = lambda cache: Kind("k", "/k", lambda: cache, lambda _obj: None)  # noqa: E731
+    few = Convergence(None, [kind(small)], interval=60, retry_max=1, page_size=200)  # type: ignore[arg-type]
+    many = Convergence(None, [kind(big), kind(big)], interval=60, retry_max=1, page_size=200)  # type: ignore[arg-type]
+    # One request: the whole share is its gap (never slept: nothing follows).
+    assert few.gap() == pytest.approx(15.0)
+    # 1000 cached in pages of 200: six requests a kind (the last page may be
+    # short or empty), twelve in all over 15 s.
+    assert many.gap() == pytest.approx(15 / 12)
