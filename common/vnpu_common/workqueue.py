@@ -12,8 +12,9 @@ guarantees what reconcile code relies on:
 - `workers` bounds how many keys are handled at once (None: no bound).
 
 The operator runs one queue over pod UIDs (no bound: pods wait on the API,
-not on CPU); the agent runs one per node over allocation keys with a single
-worker, because the node's driver takes one call at a time anyway.
+not on CPU); the agent runs one per node over allocation keys, also without
+a bound, and serialises the decisions and driver calls itself
+(vnpu_agent/serving.py), so that API writes overlap.
 """
 
 from __future__ import annotations

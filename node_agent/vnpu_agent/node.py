@@ -4,7 +4,7 @@ Composes three parts, one idea each:
 - driverview.py, the view of the driver: chips, templates, the vNPUs
   present, which the agent made, chip health; every driver call;
 - serving.py, the node's allocations: their vNPUs created or adopted,
-  reported, destroyed, one at a time in a work queue;
+  reported, destroyed, from a work queue (decided one at a time);
 - publisher.py, the node's VNPUNode: its status published, coalesced, and
   put back when someone else deletes, unlabels or edits it.
 

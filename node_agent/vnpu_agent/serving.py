@@ -1,9 +1,14 @@
 """Serving the node's allocations: each one's vNPU created (or adopted),
 reported Ready or Failed, and destroyed before its finalizer goes.
 
-Driven by watch events, one allocation at a time per node, in a queue. Each
-trip through the helpers starts from one `AllocationRecord`: the key, the raw
-object (what patches and Events name) and the parsed model, read once.
+Driven by watch events through a queue. On one node the decisions and
+driver calls of one allocation at a time (`_serial`); the write each trip
+ends with (its Ready status, or its finalizer's removal) goes out after the
+node is let go. Held, a pod's second vNPU waited for its first one's status
+write, and a create for a release's finalizer removal: one API round trip
+each, which under load is most of the step. Each trip through the helpers
+starts from one `AllocationRecord`: the key, the raw object (what patches and
+Events name) and the parsed model, read once.
 
 Invariants kept here:
 - a vNPU whose allocation exists and is not being deleted is never
@@ -19,8 +24,10 @@ Invariants kept here:
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,6 +63,9 @@ log = logging.getLogger("vnpu_agent.node")
 # Transient driver failures are retried this many times before the
 # allocation stays Failed (the operator then places the pod elsewhere).
 MAX_CREATE_ATTEMPTS = 5
+
+# The write a trip ends with, made once the node's other allocations may go on.
+Report = Callable[[], Awaitable[None]]
 
 
 class PreparedClaims(Protocol):
@@ -93,16 +103,17 @@ class AllocationServer:
         self.api = api
         self.settings = settings
         self.metrics = metrics
-        # One worker: the node's driver takes one call at a time anyway. A
-        # key's consecutive failures (queue.failures) count create attempts
-        # and say whether a Failed status is final or a retry is pending.
+        # The queue keeps one allocation's trips apart; `_serial` keeps the
+        # node's decisions and driver calls one allocation at a time. A key's
+        # consecutive failures (queue.failures) count create attempts and say
+        # whether a Failed status is final or a retry is pending.
         self.queue = WorkQueue(
             self.reconcile,
             name=f"allocation@{node}",
             backoff=Backoff(base=1.0, cap=settings.retry_max_seconds),
-            workers=1,
             expected=(ApiException,),
         )
+        self._serial = asyncio.Lock()
         self._started = False
         self._deferred_noted: set[str] = set()
         # Per allocation, the resourceVersion our last Ready write made: its
@@ -190,15 +201,19 @@ class AllocationServer:
         if model.spec.node_name != self.node:
             return
         rec = AllocationRecord(key, obj, model)
-        if model.metadata.deletion_timestamp is not None:
-            await self._release(rec)
-        else:
-            await self._ensure(rec)
+        async with self._serial:
+            if model.metadata.deletion_timestamp is not None:
+                report = await self._release(rec)
+            else:
+                report = await self._ensure(rec)
+        if report is not None:
+            await report()
 
-    async def _ensure(self, rec: AllocationRecord) -> None:
+    async def _ensure(self, rec: AllocationRecord) -> Report | None:
+        """The allocation's vNPU made or adopted; returns its Ready write."""
         spec, status = rec.model.spec, rec.model.status
         if status.phase == names.PHASE_FAILED and not self.queue.failures(rec.key):
-            return  # a final verdict on an immutable spec; the operator re-places
+            return None  # a final verdict on an immutable spec; the operator re-places
         existing = self.view.vnpus.get(spec.vnpu_id)
         if existing is not None and (existing.template, existing.chip) != (
             spec.template,
@@ -211,12 +226,12 @@ class AllocationServer:
                 f"{existing.template}; this allocation wants chip {spec.chip}, template "
                 f"{spec.template}",
             )
-            return
+            return None
         if existing is not None and status.phase != names.PHASE_READY:
             held = self._held_elsewhere(rec.key, existing)
             if held is not None:
                 await self._refuse_held(rec, held)
-                return
+                return None
         reason = names.REASON_ADOPTED if existing is not None else names.REASON_CREATED
         if existing is None:
             self.view.owned.add(spec.vnpu_id)
@@ -225,8 +240,7 @@ class AllocationServer:
                     "create", self.view.driver.create_vnpu, spec.chip, spec.template, spec.vnpu_id
                 )
             except DriverError as exc:
-                await self._after_failed_create(rec, exc)
-                return
+                return await self._after_failed_create(rec, exc)
             self.view.added(vnpu)
             # Owned by this allocation: a write put off by the settle
             # interval carries it, however late.
@@ -248,7 +262,7 @@ class AllocationServer:
             spec.template,
             self.settings.cdi_host_device_dir,
         )
-        await self._write_ready(rec, reason)
+        return functools.partial(self._write_ready, rec, reason)
 
     def _held_elsewhere(self, key: str, vnpu: VNPU) -> str | None:
         """Why the existing `vnpu` may not be handed to allocation `key`, which
@@ -280,7 +294,7 @@ class AllocationServer:
         log.warning("allocation %s: %s", rec.key, msg)
         await self._fail(rec, names.REASON_VNPU_HELD, msg)
 
-    async def _after_failed_create(self, rec: AllocationRecord, exc: DriverError) -> None:
+    async def _after_failed_create(self, rec: AllocationRecord, exc: DriverError) -> Report | None:
         spec = rec.model.spec
         # A create that failed mid-way may have left the vNPU behind; keep it
         # marked as ours (so GC may collect it) only if it exists.
@@ -290,8 +304,7 @@ class AllocationServer:
         elif isinstance(exc, InvalidIdError):
             # The id appeared since our last look (made by hand, or by a
             # create that failed mid-way): adopt it or report the mismatch.
-            await self._ensure(rec)
-            return
+            return await self._ensure(rec)
         msg = f"creating vNPU {spec.vnpu_id} failed: {exc}"
         attempt = self.queue.failures(rec.key) + 1
         if (
@@ -309,6 +322,7 @@ class AllocationServer:
         await self._fail(rec, exc.reason, msg)
         if type(exc) is DriverFailure and attempt < MAX_CREATE_ATTEMPTS:
             raise RetryLater(f"{msg} (attempt {attempt} of {MAX_CREATE_ATTEMPTS})")
+        return None
 
     async def _fail(self, rec: AllocationRecord, reason: str, msg: str) -> None:
         status, generation = rec.model.status, rec.model.metadata.generation
@@ -383,10 +397,11 @@ class AllocationServer:
 
     # -- release one allocation ---------------------------------------------
 
-    async def _release(self, rec: AllocationRecord) -> None:
+    async def _release(self, rec: AllocationRecord) -> Report | None:
+        """The allocation's vNPU destroyed; returns its finalizer's removal."""
         spec = rec.model.spec
         if names.ALLOCATION_FINALIZER not in rec.model.metadata.finalizers:
-            return
+            return None
         claim = spec.claim
         if claim is not None and self.prepared is not None and self.prepared.is_prepared(claim.uid):
             msg = (
@@ -421,14 +436,18 @@ class AllocationServer:
                 raise RetryLater(f"destroying vNPU {spec.vnpu_id} deferred: {exc}") from exc
             self.view.removed(spec.vnpu_id)
             self.publisher.mark_dirty()
+        self.view.disowned(spec.vnpu_id)
+        cdi.remove(self.settings.cdi_dir, self.node, spec.vnpu_id)
+        return functools.partial(self._remove_finalizer, rec, destroyed=ours)
+
+    async def _remove_finalizer(self, rec: AllocationRecord, *, destroyed: bool) -> None:
+        if destroyed:
             # A VNPUNode write in flight may carry a status built before this
             # destroy. Landing after the finalizer's removal it would list the
             # vNPU as present after its allocation went, and the operator would
             # count it again until our next write. So the finalizer goes once
             # any write begun before the destroy has landed.
             await self.publisher.landed()
-        self.view.disowned(spec.vnpu_id)
-        cdi.remove(self.settings.cdi_dir, self.node, spec.vnpu_id)
         await failpoint("before-finalizer")
         await self.api.remove_finalizer(rec.obj)
         self._deferred_noted.discard(rec.key)
