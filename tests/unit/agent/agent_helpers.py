@@ -45,3 +45,29 @@ class RecordingApi:
         self, involved: dict[str, Any], *, type_: str, reason: str, message: str, node: str
     ) -> None:
         self.events.append((involved["kind"], type_, reason, message))
+
+
+class AllocationApi:
+    """Records the agent's allocation writes and answers them as a server
+    would: each status write bumps a resourceVersion and returns it."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, dict[str, Any]] = {}
+        self.finalizers_removed: list[str] = []
+        self.rv = 100
+
+    async def patch_allocation_status(
+        self, obj: dict[str, Any], status: dict[str, Any]
+    ) -> str | None:
+        self.status[obj["metadata"]["name"]] = copy.deepcopy(status)
+        self.rv += 1
+        return str(self.rv)
+
+    async def remove_finalizer(self, obj: dict[str, Any]) -> None:
+        self.finalizers_removed.append(obj["metadata"]["name"])
+
+    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": node, "labels": {names.LABEL_NODE: node}}, "status": status}
+
+    async def event(self, involved: dict[str, Any], **_: Any) -> None:
+        return None

@@ -6,47 +6,20 @@ the release's, which leaves a vNPU a live allocation names."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
-from agent_helpers import allocation
+from agent_helpers import AllocationApi, allocation
 
 from vnpu_agent.node import NodeAgent
 from vnpu_common import names
 from vnpu_common.workqueue import RetryLater
 
 
-class Api:
-    """Records the agent's writes and answers them as a server would."""
-
-    def __init__(self) -> None:
-        self.status: dict[str, dict[str, Any]] = {}
-        self.finalizers_removed: list[str] = []
-        self.rv = 100
-
-    async def patch_allocation_status(
-        self, obj: dict[str, Any], status: dict[str, Any]
-    ) -> str | None:
-        self.status[obj["metadata"]["name"]] = copy.deepcopy(status)
-        self.rv += 1
-        return str(self.rv)
-
-    async def remove_finalizer(self, obj: dict[str, Any]) -> None:
-        self.finalizers_removed.append(obj["metadata"]["name"])
-
-    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
-        return {"metadata": {"name": node, "labels": {names.LABEL_NODE: node}}, "status": status}
-
-    async def event(self, involved: dict[str, Any], **_: Any) -> None:
-        return None
-
-
 @pytest.fixture
 async def full_chip(new_agent: Callable[..., Awaitable[NodeAgent]]) -> NodeAgent:
     """An agent whose one chip holds four Ready vNPUs, 100 to 103."""
-    agent = await new_agent(Api(), chips="910B3=1", interval=3600)
+    agent = await new_agent(AllocationApi(), chips="910B3=1", interval=3600)
     for i in range(4):
         obj = allocation(f"a{i}", 100 + i)
         agent.allocs[f"team-a/a{i}"] = obj
@@ -59,7 +32,7 @@ async def test_capacity_held_by_an_allocation_being_deleted_is_waited_for(
     full_chip: NodeAgent,
 ) -> None:
     agent, api = full_chip, full_chip.api
-    assert isinstance(api, Api)
+    assert isinstance(api, AllocationApi)
     agent.allocs["team-a/a0"]["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
     agent.allocs["team-a/new"] = allocation("new", 104)
 
@@ -85,7 +58,7 @@ async def test_an_orphan_of_ours_counts_as_being_freed(full_chip: NodeAgent) -> 
 
 async def test_a_chip_full_of_live_vnpus_fails_the_allocation(full_chip: NodeAgent) -> None:
     api = full_chip.api
-    assert isinstance(api, Api)
+    assert isinstance(api, AllocationApi)
     full_chip.allocs["team-a/new"] = allocation("new", 104)
     await full_chip.reconcile("team-a/new")  # no RetryLater: nothing will free room
     assert api.status["new"]["phase"] == names.PHASE_FAILED
@@ -99,7 +72,7 @@ async def test_a_vnpu_a_live_allocation_also_names_is_not_destroyed(
     # deleted allocation whose vNPU id a live one names as well releases only
     # its finalizer (one not served yet does not hold it: test_adoption_refused).
     api = full_chip.api
-    assert isinstance(api, Api)
+    assert isinstance(api, AllocationApi)
     twin = {**allocation("twin", 100), "status": {"phase": names.PHASE_READY}}
     full_chip.allocs["team-a/twin"] = twin
     full_chip.allocs["team-a/a0"]["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"

@@ -12,7 +12,7 @@ import copy
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agent_helpers import allocation
+from agent_helpers import AllocationApi, allocation
 
 from vnpu_agent.node import NodeAgent
 from vnpu_common import names
@@ -20,38 +20,26 @@ from vnpu_common import names
 NewAgent = Callable[..., Awaitable[NodeAgent]]
 
 
-class SlowApi:
+class SlowApi(AllocationApi):
     """An API server whose allocation writes wait until `go` is set, as
     they do behind a loaded server; records what it was asked."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.go = asyncio.Event()
         self.started: list[str] = []
-        self.status: dict[str, dict[str, Any]] = {}
-        self.finalizers_removed: list[str] = []
-        self.rv = 100
 
     async def patch_allocation_status(
         self, obj: dict[str, Any], status: dict[str, Any]
     ) -> str | None:
-        name = obj["metadata"]["name"]
-        self.started.append(f"status {name}")
+        self.started.append(f"status {obj['metadata']['name']}")
         await self.go.wait()
-        self.status[name] = copy.deepcopy(status)
-        self.rv += 1
-        return str(self.rv)
+        return await super().patch_allocation_status(obj, status)
 
     async def remove_finalizer(self, obj: dict[str, Any]) -> None:
-        name = obj["metadata"]["name"]
-        self.started.append(f"finalizer {name}")
+        self.started.append(f"finalizer {obj['metadata']['name']}")
         await self.go.wait()
-        self.finalizers_removed.append(name)
-
-    async def publish_node_status(self, node: str, status: dict[str, Any]) -> dict[str, Any]:
-        return {"metadata": {"name": node, "labels": {names.LABEL_NODE: node}}, "status": status}
-
-    async def event(self, involved: dict[str, Any], **_: Any) -> None:
-        return None
+        await super().remove_finalizer(obj)
 
 
 async def until(cond: Callable[[], bool], what: str) -> None:
