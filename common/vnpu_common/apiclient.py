@@ -27,6 +27,8 @@ from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client
 from yarl import URL
 
+from vnpu_common.apiwrites import send_fence
+
 # Watches hold one each for good (at most four per component), writes share the rest.
 CONNECTIONS = 100
 
@@ -36,10 +38,12 @@ def api_client(
     *,
     connections: int = CONNECTIONS,
     configuration: client.Configuration | None = None,
+    fenced: bool = False,
 ) -> client.ApiClient:
     """A client for the loaded configuration (kube config or in-cluster), or
     a copy of `configuration`, with at most `connections` open to the API
-    server."""
+    server. `fenced`: a fenced write made through it asks its fence again
+    just before it is sent (`apiwrites.send_fence`)."""
     if configuration is None:
         configuration = client.Configuration.get_default_copy()
     else:
@@ -64,6 +68,7 @@ def api_client(
         connector=old.connector,
         trust_env=False,
         read_bufsize=2**21,  # as kubernetes-asyncio's: large objects in watch lines
+        trace_configs=[send_fence()] if fenced else None,
     )
     old.detach()
     return api

@@ -8,13 +8,23 @@ or tells the caller what to do instead (AlreadyExists on a retried create,
 NotFound on a delete, NotFound before a create) is not a failure. Every
 failure is raised all the same, expected or not: what is retried, logged or
 swallowed stays the caller's decision.
+
+A write with a fence asks it twice: when the call starts, and again at the
+last moment before its first byte goes out (`send_fence`, an aiohttp trace
+on the client). Between the two a write may wait for a free connection or
+a TLS handshake, and a process frozen there (SIGSTOP, a paused VM) would
+otherwise send, once resumed, what it decided while it still led. After
+the last ask the request's bytes are written without yielding to the event
+loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
+from contextvars import ContextVar
 from typing import Any, Final
 
+import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
 
@@ -27,6 +37,41 @@ LABELS: Final = ("operation", "status")
 # The statuses the caller acts on, or a test of the answer (a 429 may be a
 # PodDisruptionBudget's refusal or the server's throttling).
 Expected = Collection[int] | Callable[[ApiException], bool]
+
+
+class FencedWrite(ApiException):
+    """A write its fence kept unsent. Not a failed write: not counted."""
+
+    def __init__(self, status: int = 0, reason: str | None = None) -> None:
+        super().__init__(status=status, reason=reason)
+        # kubernetes-asyncio decodes the body of every ApiException it passes on.
+        self.body = b""
+
+
+# The fence and operation of the write this task is making, for `send_fence`.
+_SENDING: ContextVar[tuple[Callable[[str], None], str] | None] = ContextVar(
+    "vnpu_fenced_write", default=None
+)
+
+
+async def _ask_again(session: aiohttp.ClientSession, context: object, params: object) -> None:
+    sending = _SENDING.get()
+    if sending is not None:
+        fence, operation = sending
+        fence(operation)
+
+
+def send_fence() -> aiohttp.TraceConfig:
+    """The trace that asks a write's fence again just before its bytes are
+    written: when the headers are (buffered, on a body-less request sent at
+    once) and when the body is (with the buffered headers; on Python 3.11
+    aiohttp writes it one event-loop turn after the headers). Requests made
+    outside `Writes`, and writes without a fence, pass untouched. What the
+    fence raises aborts the request unsent."""
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(_ask_again)
+    trace.on_request_chunk_sent.append(_ask_again)
+    return trace
 
 
 def error_counter(prefix: str, documentation: str, registry: CollectorRegistry) -> Counter:
@@ -49,9 +94,10 @@ def _is_expected(exc: ApiException, expected: Expected) -> bool:
 class Writes:
     """Makes writes and counts the ones that fail in `errors`, a counter
     labelled (operation, status). `fence(operation)`, if given, is called
-    just before each request is sent and may raise to keep it unsent (the
-    operator's leader election: a replica that does not lead writes
-    nothing); what it raises is not counted as a failed write."""
+    when each write starts, and again just before it is sent where the
+    client carries `send_fence`, and may raise a `FencedWrite` to keep it
+    unsent (the operator's leader election: a replica that does not lead
+    writes nothing); that is not counted as a failed write."""
 
     def __init__(self, errors: Counter, fence: Callable[[str], None] | None = None) -> None:
         self.errors = errors
@@ -61,8 +107,11 @@ class Writes:
         self.errors.labels(operation, status_label(exc)).inc()
 
     async def _counted(self, operation: str, request: Awaitable[Any], expected: Expected) -> Any:
+        sending = _SENDING.set((self.fence, operation)) if self.fence is not None else None
         try:
             return await request
+        except FencedWrite:
+            raise
         except ApiException as exc:
             if not _is_expected(exc, expected):
                 self.failed(operation, exc)
@@ -70,6 +119,9 @@ class Writes:
         except Exception as exc:
             self.failed(operation, exc)
             raise
+        finally:
+            if sending is not None:
+                _SENDING.reset(sending)
 
     async def call(
         self,

@@ -4,8 +4,9 @@ when this replica starts and stops leading.
 
 Every replica runs the informers and serves the webhook; only the leader
 reconciles and writes (docs/HELM.md, 'High availability'). `may_write` is
-the fence every write of `OperatorApi` and `ClaimApi` asks just before it is
-sent; `started` and `stopped` are called on each change, and a timer fires
+the fence every write of `OperatorApi` and `ClaimApi` asks when it starts
+and again just before its first byte goes out (`apiwrites.send_fence`);
+`started` and `stopped` are called on each change, and a timer fires
 `stopped` at the renew deadline if no renewal came back by then (a frozen
 process sees that timer overdue the moment it resumes, and its clock has
 refused every write already).
@@ -36,6 +37,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
 from vnpu_common import names
+from vnpu_common.apiwrites import FencedWrite
 from vnpu_common.rawcall import call_json, describe
 from vnpu_operator.election import Election, Record, Timing
 
@@ -45,7 +47,7 @@ log = logging.getLogger(__name__)
 Listener = Callable[[], None]
 
 
-class NotLeading(ApiException):
+class NotLeading(FencedWrite):
     """A write this replica refused to send: it does not lead, or its last
     renewal is older than the renew deadline. An ApiException (status 0)
     so that every caller treats it as the failed write it is: logged

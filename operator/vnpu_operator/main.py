@@ -70,7 +70,10 @@ async def run(settings: OperatorSettings) -> None:
         os.environ["KUBECONFIG"] = str(settings.kubeconfig)
     # The replica's Lease identity in its User-Agent: an audit log says which replica wrote.
     identity = settings.election_identity()
-    api_client = new_api_client(f"{names.USER_AGENT_OPERATOR}/{__version__} ({identity})")
+    # Its fenced writes ask the leader election again just before they go out.
+    api_client = new_api_client(
+        f"{names.USER_AGENT_OPERATOR}/{__version__} ({identity})", fenced=True
+    )
     metrics = OperatorMetrics()
     leadership = Leadership(
         client.CoordinationV1Api(api_client) if settings.leader_election else None,
