@@ -6,8 +6,8 @@ Two sources, both on the benchmark's clock (wall times turned monotonic):
 
 - the API server's audit log, which the benchmark's plane also writes for
   our components' lists (`AUDIT_POLICY`): the operator's convergence passes
-  (metadata lists of pods, allocations, VNPUNodes, Nodes), its Lease polls and
-  leader Lease writes, the agents' VNPUNode writes (settled ones included),
+  (metadata lists of pods, allocations, VNPUNodes, Nodes), its other lists,
+  its leader Lease writes, the agents' VNPUNode writes (settled ones included),
   Lease renewals and re-lists; each from the request's arrival to its answer;
 - the components' own pause lines (vnpu_common/pauses.py, on with
   `VNPU_DEBUG_PAUSES_MS`): their event loop late (busy, or not scheduled
@@ -78,8 +78,6 @@ def audit_kind(event: Mapping[str, Any]) -> str | None:
     resource, verb = ref.get("resource"), event.get("verb")
     if verb == "list":
         if who == "operator":
-            if resource == "leases":
-                return "operator: Lease poll (list)"
             return "operator: convergence pass (lists)" if resource in _CONVERGED else (
                 f"operator: list {resource}")  # fmt: skip
         return f"agents: list {resource} (re-list)"

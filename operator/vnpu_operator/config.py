@@ -49,11 +49,11 @@ class OperatorSettings(ComponentSettings):
     max_attempts: int = Field(
         default=3, ge=1, le=20, description="Placements per pod whose vNPUs may fail."
     )
-    lease_poll_seconds: float = Field(
-        default=5.0,
+    # Deprecated, goes in the next release: agent Leases are watched now (leases.py).
+    lease_poll_seconds: float | None = Field(
+        default=None,
         ge=0.25,
-        description="How often agent Leases are listed (at most; never more than "
-        "a quarter of the shortest Lease duration).",
+        description="Ignored: agent Leases are watched. Deprecated, goes in the next release.",
     )
     converge_seconds: float = Field(
         default=60.0,
@@ -189,6 +189,15 @@ class OperatorSettings(ComponentSettings):
     def _check_leader_timing(self) -> OperatorSettings:
         self.election_timing()
         return self
+
+    def deprecations(self) -> list[str]:
+        """What the admin should change, for a warning at start."""
+        if self.lease_poll_seconds is None:
+            return []
+        return [
+            "--lease-poll-seconds / VNPU_LEASE_POLL_SECONDS is ignored (agent Leases are "
+            "watched) and goes in the next release: remove it"
+        ]
 
     def election_timing(self) -> Timing:
         return Timing(

@@ -27,7 +27,7 @@ from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
 from vnpu_operator.convergence import Convergence
 from vnpu_operator.leader import Leadership
-from vnpu_operator.leases import LeasePoller
+from vnpu_operator.leases import LeaseWatch
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def register(
     registry: kopf.OperatorRegistry,
     controller: Controller,
     ours: OperatorSettings,
-    leases: LeasePoller,
+    leases: LeaseWatch,
     convergence: Convergence,
     informers: Sequence[Informer],
     leadership: Leadership | None = None,
@@ -82,7 +82,7 @@ def register(
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure(settings, ours)
         if not pollers:
-            pollers.append(asyncio.create_task(leases.run(), name="lease-poller"))
+            pollers.append(asyncio.create_task(leases.run(), name="watch-leases"))
             pollers.append(asyncio.create_task(convergence.run(), name="convergence"))
             if leadership is not None:
                 pollers.append(asyncio.create_task(elect(leadership), name="leader-election"))

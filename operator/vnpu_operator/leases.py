@@ -1,23 +1,20 @@
-"""Agent Leases: read by polling rather than watched, and turned into
-whether each node's agent is live.
+"""Agent Leases: watched, and turned into whether each node's agent is live.
 
-Every agent renews its node's Lease a few times per Lease duration; at 200
-nodes that is about 15 watch events a second, each going through Kopf's
-per-event machinery (about 2 ms) to tell the operator what it can already
-compute: a Lease runs out at renewTime + leaseDurationSeconds, and the
-controller arms a timer for that moment. One LIST of the agents' namespace
-every few seconds keeps those expiries current for a few milliseconds of
-decoding. What polling delays is only noticing a node that came back (by at
-most one interval). The interval never exceeds a quarter of the shortest
-Lease duration seen, so a Lease is always read again well before the last
-renewal read could run out.
+A Lease runs out at renewTime + leaseDurationSeconds, and the controller
+arms a timer for that moment, so what the watch tells is only that a node's
+Lease was renewed, appeared or went. The watch goes through the project's
+own informer (one `orjson.loads` and one call per event): at 1000 nodes the
+agents renew about 75 Leases a second. Until this release the operator
+listed every Lease every 5 s instead, because Kopf's per-event machinery
+cost 2 ms an event; that LIST took 0.75 to 0.8 s at 1000 nodes on a 2-core
+machine and overlapped every one of a churn's slowest pods.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import logging
+import functools
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -25,11 +22,8 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client
 
 from vnpu_common import names
-from vnpu_common.backoff import Backoff
-from vnpu_common.rawcall import call_json
+from vnpu_common.informer import SYNC, Informer
 from vnpu_common.types import Raw
-
-log = logging.getLogger(__name__)
 
 
 class LeaseSink(Protocol):
@@ -83,7 +77,7 @@ class LeaseLiveness:
         spec = obj.get("spec") or {}
         read = (spec.get("renewTime"), spec.get("acquireTime"), spec.get("leaseDurationSeconds"))
         if event_type != "DELETED" and self._read.get(node) == read:
-            # Each poll reads every Lease again; one not renewed since the
+            # A re-list reads every Lease again; one not renewed since the
             # last read moves nothing but may have run out meanwhile.
             self._report(node)
             return
@@ -124,8 +118,8 @@ class LeaseLiveness:
         # A renewal only moves the expiry later: the timer armed for the
         # earlier one stays, and on firing arms itself again for the expiry
         # read since. So a node costs one timer per Lease duration, not one
-        # per poll (at 2000 nodes re-arming on every read was a tenth of the
-        # operator's CPU, idle).
+        # per renewal read (at 2000 nodes, when every Lease was read every
+        # 5 s, re-arming on every read was a tenth of the operator's CPU, idle).
         armed = self._armed_for.get(node)
         if armed is not None and armed <= expiry:
             return
@@ -147,74 +141,53 @@ class LeaseLiveness:
         self._report(node)
 
 
-class LeasePoller:
+def agent_lease(obj: Raw) -> Raw | None:
+    """What the watch keeps of an agent's Lease (the times and the duration
+    `LeaseLiveness` reads), or None for any other Lease."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    if not name.startswith(names.LEASE_PREFIX):
+        return None
+    spec = obj.get("spec") or {}
+    return {
+        "metadata": {"name": name, "namespace": meta.get("namespace")},
+        "spec": {key: spec.get(key) for key in _READ},
+    }
+
+
+_READ = ("renewTime", "acquireTime", "leaseDurationSeconds")
+
+
+class LeaseWatch:
+    """Every agent Lease of `namespace`, handed to `sink` as listed and as it
+    changes: a re-list (410 Gone, a broken stream) hands every listed Lease
+    again and the ones gone meanwhile as DELETED. `listed` is set once the
+    first list is through, and stays set."""
+
     def __init__(
         self,
         api: client.CoordinationV1Api,
         namespace: str,
         sink: LeaseSink,
         *,
-        interval: float = 5.0,
         retry_max: float = 30.0,
+        timeout_seconds: int = 300,
     ) -> None:
-        self.api = api
-        self.namespace = namespace
         self.sink = sink
-        self.max_interval = interval
-        self.retry_max = retry_max
-        self.known: set[str] = set()
         self.listed = asyncio.Event()
-        self.polls = 0
-        self.errors = 0
-        self._failures = 0
-        self._backoff = Backoff(cap=retry_max)
-        self._shortest: float | None = None
+        self.informer = Informer(
+            "leases",
+            functools.partial(api.list_namespaced_lease, namespace),
+            self._event,
+            keep=agent_lease,
+            timeout_seconds=timeout_seconds,
+            retry_max_seconds=retry_max,
+            listed=self.listed.set,
+        )
 
-    @property
-    def interval(self) -> float:
-        if self._shortest is None:
-            return self.max_interval
-        return max(min(self.max_interval, self._shortest / 4), 0.25)
-
-    async def poll(self) -> None:
-        """One LIST; every agent Lease in it is fed to the sink, and Leases
-        gone since the last poll are fed as DELETED."""
-        listed = await call_json(self.api.list_namespaced_lease, self.namespace)
-        seen: set[str] = set()
-        shortest: float | None = None
-        for item in listed.get("items") or []:
-            name = str((item.get("metadata") or {}).get("name", ""))
-            if not name.startswith(names.LEASE_PREFIX):
-                continue
-            seen.add(name)
-            duration = (item.get("spec") or {}).get("leaseDurationSeconds")
-            if isinstance(duration, int) and duration > 0:
-                shortest = duration if shortest is None else min(shortest, duration)
-            self.sink.lease_event(None, item)
-        for name in sorted(self.known - seen):
-            self.sink.lease_event(
-                "DELETED", {"metadata": {"name": name, "namespace": self.namespace}}
-            )
-        self.known = seen
-        self._shortest = shortest
-        self.polls += 1
-        self.listed.set()
+    async def _event(self, kind: str, obj: Raw) -> None:
+        self.sink.lease_event(None if kind == SYNC else kind, obj)
 
     async def run(self) -> None:
-        """Polls until cancelled; failures are logged and retried with
-        backoff, and the Leases keep the expiries last read meanwhile."""
-        delay = 0.0
-        while True:
-            await asyncio.sleep(delay)
-            try:
-                await self.poll()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.errors += 1
-                self._failures += 1
-                delay = self._backoff.delay(self._failures)
-                log.warning("listing agent Leases failed (retry in %.1fs): %s", delay, exc)
-                continue
-            self._failures = 0
-            delay = self.interval
+        """Lists, then watches until cancelled; never raises for API trouble."""
+        await self.informer.run()

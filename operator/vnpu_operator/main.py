@@ -28,7 +28,7 @@ from vnpu_operator.convergence import for_controller
 from vnpu_operator.handlers import register
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leader import Leadership
-from vnpu_operator.leases import LeasePoller
+from vnpu_operator.leases import LeaseWatch
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.watches import (
     allocation_informer,
@@ -108,12 +108,12 @@ async def run(settings: OperatorSettings) -> None:
     await webhook.register(api_client)
 
     registry = kopf.OperatorRegistry()
-    leases = LeasePoller(
+    leases = LeaseWatch(
         client.CoordinationV1Api(api_client),
         settings.agent_namespace,
         controller.inventories.leases,
-        interval=settings.lease_poll_seconds,
         retry_max=settings.retry_max_seconds,
+        timeout_seconds=settings.watch_timeout_seconds,
     )
     convergence = for_controller(
         controller,
@@ -158,6 +158,8 @@ async def run(settings: OperatorSettings) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_args(argv)
     configure_logging(settings.log_level, settings.log_format)
+    for deprecation in settings.deprecations():
+        log.warning("%s", deprecation)
     with contextlib.suppress(KeyboardInterrupt):
         eventloop.run(run(settings))
     return 0

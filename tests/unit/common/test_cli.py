@@ -121,9 +121,9 @@ def _error(parse: Callable[[list[str]], Any], argv: list[str], capsys: Any) -> s
 def test_a_bad_flag_value_names_the_flag_and_its_variable(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    err = _error(operator_args, ["--lease-poll-seconds=often"], capsys)
+    err = _error(operator_args, ["--converge-seconds=often"], capsys)
     assert (
-        "vnpu-operator: error: --lease-poll-seconds (VNPU_LEASE_POLL_SECONDS): "
+        "vnpu-operator: error: --converge-seconds (VNPU_CONVERGE_SECONDS): "
         "Input should be a valid number, unable to parse string as a number (got 'often')"
     ) in err
 

@@ -8,7 +8,7 @@ from vnpu_operator.config import OperatorSettings
 from vnpu_operator.convergence import Convergence
 from vnpu_operator.handlers import NoDiffBase, configure, register
 from vnpu_operator.kubeapi import OperatorApi
-from vnpu_operator.leases import LeasePoller
+from vnpu_operator.leases import LeaseWatch
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.watches import managed_pod
 from vnpu_operator.wiring import build_controller
@@ -18,7 +18,7 @@ def test_kopf_watches_only_quotas_with_an_event_handler_so_it_keeps_no_state() -
     registry = kopf.OperatorRegistry()
     settings = OperatorSettings()
     controller = build_controller(OperatorApi.__new__(OperatorApi), settings, OperatorMetrics())
-    leases = LeasePoller.__new__(LeasePoller)
+    leases = LeaseWatch.__new__(LeaseWatch)
     register(registry, controller, settings, leases, Convergence.__new__(Convergence), [])
     # Change-detecting handlers would make Kopf persist progress on objects
     # (writes) and would need the diff base NoDiffBase skips.
@@ -27,7 +27,7 @@ def test_kopf_watches_only_quotas_with_an_event_handler_so_it_keeps_no_state() -
     watched = {h.id.split(".")[-1] for h in registry._watching.get_all_handlers()}
     indexed = {h.id.split(".")[-1] for h in registry._indexing.get_all_handlers()}
     # VNPUNodes, Nodes, pods and allocations have informers (watches.py),
-    # agent Leases are polled (leases.py).
+    # and so do agent Leases (leases.py).
     assert watched == {"quota_event"}, watched
     assert indexed == set(), indexed
 

@@ -61,3 +61,14 @@ def test_runtime_class_name_is_off_by_default_and_settable(
     monkeypatch.setenv("VNPU_RUNTIME_CLASS_NAME", "ascend")
     assert parse_args([]).runtime_class_name == "ascend"
     assert parse_args(["--runtime-class-name=kata"]).runtime_class_name == "kata"
+
+
+def test_the_lease_poll_interval_is_ignored_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Leases are watched now; an install that still sets the interval keeps working.
+    assert parse_args([]).deprecations() == []
+    (warning,) = parse_args(["--lease-poll-seconds=5"]).deprecations()
+    assert "--lease-poll-seconds / VNPU_LEASE_POLL_SECONDS is ignored" in warning
+    monkeypatch.setenv("VNPU_LEASE_POLL_SECONDS", "2")
+    assert len(parse_args([]).deprecations()) == 1
