@@ -58,6 +58,10 @@ class PodState:
     nominated: str = ""
     # Consecutive failed writes of the pod's allocations (Notices.write_failed).
     write_failures: int = 0
+    # Partial placements given back because they could not be completed on
+    # their node (Placer.give_back); like `attempts`, each one moves the
+    # names of the pod's next allocations on.
+    given_back: int = 0
 
     @property
     def told(self) -> bool:
