@@ -184,7 +184,7 @@ OPERATOR_DENIED = [
     ("patch", "vnpunodes.vnpu.io/status"),
     ("patch", "nodes"),
     ("create", "leases.coordination.k8s.io"),
-    # Agent Leases are listed in the release namespace only, never watched.
+    # Agent Leases are listed and watched in the release namespace only.
     ("list", "leases.coordination.k8s.io"),
     ("watch", "leases.coordination.k8s.io"),
     ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/other"),
@@ -228,8 +228,10 @@ def test_operator_rbac(plane: LocalPlane, release: str) -> None:
     wrong = [(v, r) for v, r in OPERATOR_DENIED if cred.can_i(v, r)]
     assert not wrong, f"operator may {wrong}"
     leases = "leases.coordination.k8s.io"
+    # Agent liveness: the agents' Leases are watched, in the release namespace only.
     assert cred.can_i("list", leases, NAMESPACE)
-    assert not cred.can_i("watch", leases, NAMESPACE)
+    assert cred.can_i("watch", leases, NAMESPACE)
+    assert not cred.can_i("watch", leases, "default")
     assert not cred.can_i("patch", leases, NAMESPACE)
     # Leader election: its own Lease only (create cannot be limited by name).
     assert cred.can_i("create", leases, NAMESPACE)
