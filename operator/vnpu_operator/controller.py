@@ -488,8 +488,7 @@ class Controller:
 
     async def _release(self, keys: tuple[str, ...]) -> None:
         # Asked already: the deletionTimestamp is on its way to the cache.
-        todo = [key for key in keys if not self.expect.pending(Write.DELETE, key)]
-        await self.expect.send_all(Write.DELETE, todo, self.api.delete_allocation)
+        await self.expect.send_unsent(Write.DELETE, keys, self.api.delete_allocation)
 
     async def _finish(self, uid: str, pod: Raw, state: PodState) -> None:
         if self.expect.pending(Write.UNFINALIZE, uid):

@@ -25,6 +25,9 @@ from vnpu_common import names
 from vnpu_common.informer import SYNC, Informer
 from vnpu_common.types import Raw
 
+# What `LeaseLiveness` reads of a Lease's spec, and all the watch keeps of it.
+_READ = ("renewTime", "acquireTime", "leaseDurationSeconds")
+
 
 class LeaseSink(Protocol):
     def lease_event(self, event_type: str | None, obj: Raw) -> None: ...
@@ -61,7 +64,7 @@ class LeaseLiveness:
         self.wall = wall
         self.expiry: dict[str, float] = {}
         self._reported: dict[str, bool] = {}
-        self._read: dict[str, tuple[Any, Any, Any]] = {}
+        self._read: dict[str, tuple[Any, ...]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._armed_for: dict[str, float] = {}
 
@@ -75,7 +78,7 @@ class LeaseLiveness:
             return
         node = name[len(names.LEASE_PREFIX) :]
         spec = obj.get("spec") or {}
-        read = (spec.get("renewTime"), spec.get("acquireTime"), spec.get("leaseDurationSeconds"))
+        read = tuple(spec.get(key) for key in _READ)
         if event_type != "DELETED" and self._read.get(node) == read:
             # A re-list reads every Lease again; one not renewed since the
             # last read moves nothing but may have run out meanwhile.
@@ -153,9 +156,6 @@ def agent_lease(obj: Raw) -> Raw | None:
         "metadata": {"name": name, "namespace": meta.get("namespace")},
         "spec": {key: spec.get(key) for key in _READ},
     }
-
-
-_READ = ("renewTime", "acquireTime", "leaseDurationSeconds")
 
 
 class LeaseWatch:

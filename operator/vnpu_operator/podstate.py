@@ -101,6 +101,12 @@ class Expectations:
     def keys(self, write: Write) -> frozenset[str]:
         return frozenset(self._sent[write])
 
+    async def send_unsent(
+        self, write: Write, keys: Sequence[str], call: Callable[[str], Awaitable[object]]
+    ) -> None:
+        """`send_all` for the keys not sent already (their effect is on its way)."""
+        await self.send_all(write, [key for key in keys if not self.pending(write, key)], call)
+
     async def send_all(
         self, write: Write, keys: Sequence[str], call: Callable[[str], Awaitable[object]]
     ) -> None:

@@ -18,7 +18,7 @@ fill at exact capacity after leader step-downs).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -31,6 +31,7 @@ from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.notices import TELL_AFTER_FAILURES, Notices
 from vnpu_operator.placement import (
     MAX_COUNT,
+    Allocation,
     InvalidRequestError,
     Ledger,
     NoFit,
@@ -78,6 +79,7 @@ class Placer:
         pod: Raw,
         state: PodState,
         request: PodRequest,
+        booked: Sequence[Allocation],
         nofit: NoFit,
         cached: Collection[str],
     ) -> None:
@@ -86,10 +88,10 @@ class Placer:
         gated), so that it is placed again from nothing once they are gone.
         A create still on its way is waited for first: deleting before it
         lands would leave its object behind."""
-        held = [a.key for a in self.ledger.allocations_for(request.uid)]
+        held = [a.key for a in booked]
         if any(key not in cached for key in held):
             return  # decided again when the object reaches the cache
-        node = self.ledger.allocations_for(request.uid)[0].node
+        node = booked[0].node
         state.given_back += 1
         log.warning(
             "pod %s: holds %d of %d vNPUs on %s and the rest no longer fit there (%s); "
@@ -102,8 +104,7 @@ class Placer:
             "rest no longer fit; giving them back to place the pod again",
             condition=True, event_key="partial-given-back",
         )  # fmt: skip
-        todo = [key for key in held if not self.expect.pending(Write.DELETE, key)]
-        await self.expect.send_all(Write.DELETE, todo, self.api.delete_allocation)
+        await self.expect.send_unsent(Write.DELETE, held, self.api.delete_allocation)
 
     def capacity_grew(self) -> None:
         self._nofits.capacity_grew()
@@ -156,8 +157,8 @@ class Placer:
             )
             return
         if isinstance(result, NoFit):
-            if self.ledger.allocations_for(request.uid):
-                await self.give_back(pod, state, request, result, cached)
+            if booked := self.ledger.allocations_for(request.uid):
+                await self.give_back(pod, state, request, booked, result, cached)
                 return
             if state.waiting_since is None:
                 state.waiting_since = state.seen_at
