@@ -1,12 +1,11 @@
-"""Where the API server's CPU goes during the fill's release, from its own
-profiler.
+"""Where the API server's CPU goes during the churn (ours and the
+logic-free floor's) and the fill's release, from its own profiler.
 
 `python -m bench --apiserver-profile` takes back-to-back CPU profiles of
 the kube-apiserver (`/debug/pprof/profile`, through kubectl with the
-plane's admin kubeconfig) from the release's first deletion until its
-last waiting pod is ungated, keeps them in the workdir as
-`release-apiserver-<n>.pprof`, and reads them with `go tool pprof -traces`
-where Go is installed. Each sample is charged to the first kind of work
+plane's admin kubeconfig) through each of those phases, keeps them in the
+workdir as `<phase>-apiserver-<n>.pprof`, and reads them with
+`go tool pprof -traces` where Go is installed. Each sample is charged to the first kind of work
 its stack shows (`KINDS`, in order: the garbage collector's and the
 watches' own goroutines first, then what a request's handling reached),
 and the samples of custom resources are split by what the request did.
@@ -30,6 +29,10 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("garbage collection", r"gcBgMarkWorker|bgsweep|bgscavenge"),
     ("watch fan-out", r"handleWatch|cacheWatcher|dispatchEvent|processEvent|watchCache"),
     ("etcd watch decoding", r"etcd3\.\(\*watchChan\)"),
+    # The API server's only outgoing HTTP here is to webhooks: their
+    # connections' goroutines (persistConn) count with the calls.
+    ("admission webhooks", r"admission/plugin/webhook|persistConn"),
+    ("Events' storage", r"registry/core/event"),
     ("custom resources", r"apiextensions-apiserver"),
     ("pods' storage", r"registry/core/pod"),
     ("client certificate verification", r"crypto/x509"),
@@ -103,8 +106,11 @@ def _largest_first(seconds: dict[str, float]) -> list[list[object]]:
 class ProfileLoop:
     """Back-to-back CPU profiles of the API server from `start` to `stop`."""
 
-    def __init__(self, kubectl: str, kubeconfig: Path, workdir: Path) -> None:
+    def __init__(
+        self, kubectl: str, kubeconfig: Path, workdir: Path, phase: str = "release"
+    ) -> None:
         self.kubectl = kubectl
+        self.phase = phase
         self.kubeconfig = kubeconfig
         self.workdir = workdir
         self.files: list[Path] = []
@@ -118,7 +124,7 @@ class ProfileLoop:
     def _run(self) -> None:
         n = 0
         while not self._stop.is_set():
-            path = self.workdir / f"release-apiserver-{n}.pprof"
+            path = self.workdir / f"{self.phase}-apiserver-{n}.pprof"
             got = subprocess.run(
                 [self.kubectl, f"--kubeconfig={self.kubeconfig}", "get", "--raw",
                  f"/debug/pprof/profile?seconds={SLICE_SECONDS}"],
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         description="where the API server's CPU went in the profiles given, by kind of work",
     )
     p.add_argument("apiserver", help="the kube-apiserver binary the profiles came from")
-    p.add_argument("profiles", nargs="+", type=Path, help="release-apiserver-<n>.pprof files")
+    p.add_argument("profiles", nargs="+", type=Path, help="<phase>-apiserver-<n>.pprof files")
     args = p.parse_args(argv)
     got = read(args.apiserver, args.profiles)
     for label, value in apiserver_rows(got):

@@ -282,6 +282,34 @@ def burst_cpu_rows(burst: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def apiserver_ms_per_pod(profiled: dict[str, Any] | None, pods: int) -> dict[str, float]:
+    """A profiled churn's API server CPU per pod (ms) by kind of work."""
+    if not profiled or "error" in profiled or pods <= 0:
+        return {}
+    total = 1000 * float(profiled["cpu_seconds"]) / pods
+    return {str(name): total * float(share) for name, share in profiled["shares"]}
+
+
+def churn_apiserver_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    """The churn's API server profile per pod, ours beside the floor's, by
+    kind, largest difference first: what ours costs the API server more."""
+    got = r.get("churn_apiserver_cpu")
+    if not got:
+        return []
+    if "error" in got:
+        return [("  API server CPU (profile)", f"not read: {got['error']}")]
+    pods = int(r["config"]["pods"])
+    ours = apiserver_ms_per_pod(got, pods)
+    floor = apiserver_ms_per_pod(((r.get("floor") or {}).get("churn_apiserver_cpu")), pods)
+    rows = [("  API server CPU ms per pod (profile), ours / floor",
+             f"{sum(ours.values()):.1f} / {sum(floor.values()):.1f}" if floor
+             else f"{sum(ours.values()):.1f} / -")]  # fmt: skip
+    for name in sorted(set(ours) | set(floor), key=lambda k: floor.get(k, 0) - ours.get(k, 0)):
+        there = f"{floor[name]:.1f}" if name in floor else "-"
+        rows.append((f"    {name}", f"{ours.get(name, 0.0):.1f} / {there}"))
+    return rows
+
+
 def apiserver_rows(profiled: dict[str, Any] | None) -> list[tuple[str, str]]:
     """The release's API server profile (bench/apiprofile.py) as rows."""
     if not profiled:
@@ -361,6 +389,8 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
         )
         row("  ratio ours/floor p50, p99", f"{fmt(r['ratios'][key + '_p50'], 'x')}  "
             f"{fmt(r['ratios'][key + '_p99'], 'x')}")  # fmt: skip
+    for label, value in churn_apiserver_rows(r):
+        row(label, value)
     if "burst" not in r:
         # A churn-only run (bench.scale's sizes): no fill, no writes table.
         print_stacks(r.get("stacks") or {})

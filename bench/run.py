@@ -258,7 +258,10 @@ async def churn_phase(run: Run) -> Churned:
     churn_cpu.start()
     drv_start = driver_cpu(cluster)
     snap_task = asyncio.create_task(_mid_snapshot(cluster, args))
+    profiler = start_profile(cluster, args, "churn")
     churn_s = await load.churn(driver, pods, args.rate, args.hold, args.timeout, say)
+    if profiler:
+        out["churn_apiserver_cpu"] = await read_profile(cluster, profiler)
     mid = await snap_task
     spent = churn_cpu.stop()
     cpu_window = spent["window_s"]
@@ -401,11 +404,7 @@ async def fill_phase(run: Run) -> Filled:
     )
     if sampler:
         sampler.start()
-    profiler = None
-    if args.apiserver_profile:
-        kubectl = cluster.plane.binary("kubectl")
-        profiler = apiprofile.ProfileLoop(kubectl, cluster.plane.kubeconfig, cluster.workdir)
-        profiler.start()
+    profiler = start_profile(cluster, args, "release")
     release_cpu = CpuWindow(cluster)
     release_cpu.start()
     # Paced (--release-rate), the release is timed at a rate the machine
@@ -421,13 +420,7 @@ async def fill_phase(run: Run) -> Filled:
         sampled = await asyncio.to_thread(sampler.stop)
         run.out["release_stacks"] = {k: v.to_json() for k, v in sampled.items()}
     if profiler:
-        files = await asyncio.to_thread(profiler.stop)
-        read = await asyncio.to_thread(
-            apiprofile.read, cluster.plane.binary("kube-apiserver"), files
-        )
-        if profiler.errors:
-            read["profile_errors"] = profiler.errors
-        run.out["release_apiserver_cpu"] = read
+        run.out["release_apiserver_cpu"] = await read_profile(cluster, profiler)
     # The k-th deletion paired with the k-th waiting pod ungated: when the
     # deletions are paced, time since the first would count the pacing.
     w2p = reuse_delays([p.delete_sent for p in freed], [p.ungated for p in waiting])
@@ -715,7 +708,9 @@ async def floor_replay(
         writer = load.FloorWriter(fapi, "bench-floor", cluster.nodes)
         fdriver = load.Driver(core, "bench-floor", ftracker, limit, floor=writer)
         fpods = load.mix_pods("c", args.pods)
+        profiler = start_profile(cluster, args, "floor-churn")
         fchurn_s = await load.churn(fdriver, fpods, args.rate, args.hold, args.timeout)
+        profiled = await read_profile(cluster, profiler) if profiler else None
         fung = [x for p in fpods if (x := p.ungate_latency()) is not None]
         fgone = [x for p in fpods if (x := p.gone_latency()) is not None]
         template, count = load.FILL
@@ -736,7 +731,30 @@ async def floor_replay(
                   "gone": report.summary(fgone)},
         "errors": (fdriver.errors + writer.errors)[:20],
     }  # fmt: skip
+    if profiled is not None:
+        result["churn_apiserver_cpu"] = profiled
     return result, floor_tp, spent
+
+
+def start_profile(
+    cluster: Cluster, args: argparse.Namespace, phase: str
+) -> apiprofile.ProfileLoop | None:
+    """With --apiserver-profile, the API server's profiles through `phase` from now."""
+    if not args.apiserver_profile:
+        return None
+    kubectl = cluster.plane.binary("kubectl")
+    loop = apiprofile.ProfileLoop(kubectl, cluster.plane.kubeconfig, cluster.workdir, phase)
+    loop.start()
+    return loop
+
+
+async def read_profile(cluster: Cluster, profiler: apiprofile.ProfileLoop) -> dict[str, Any]:
+    """Ends `profiler` and reads what it took (bench/apiprofile.py)."""
+    files = await asyncio.to_thread(profiler.stop)
+    read = await asyncio.to_thread(apiprofile.read, cluster.plane.binary("kube-apiserver"), files)
+    if profiler.errors:
+        read["profile_errors"] = profiler.errors
+    return read
 
 
 def over_idle(
@@ -856,9 +874,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--apiserver-profile",
         action="store_true",
-        help="take CPU profiles of the kube-apiserver through the fill's release and report "
-        "where its CPU went (bench/apiprofile.py; reading them needs Go); the profiles stay "
-        "in the workdir as release-apiserver-<n>.pprof",
+        help="take CPU profiles of the kube-apiserver through the churn (ours and the "
+        "floor's) and the fill's release and report where its CPU went, per pod in the "
+        "churn (bench/apiprofile.py; reading them needs Go); the profiles stay "
+        "in the workdir as <phase>-apiserver-<n>.pprof",
     )
     p.add_argument(
         "--floors",

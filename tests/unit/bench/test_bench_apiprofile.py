@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.apiprofile import samples, shares
-from bench.report import apiserver_rows
+from bench.report import apiserver_ms_per_pod, apiserver_rows, churn_apiserver_rows
 
 SEP = "-----------+-------------------------------------------------------"
 
@@ -92,3 +92,55 @@ def test_report_rows_give_the_shares_or_why_there_are_none() -> None:
         ("  the API server's CPU (profile)", "not read: go is not installed")
     ]
     assert apiserver_rows(None) == []
+
+
+WEBHOOK_TRACES = "\n".join(
+    [
+        "File: kube-apiserver",
+        SEP,
+        # A webhook call's own stack and its connection's goroutine both count
+        # as the webhooks', though the second shows no admission frame.
+        trace(
+            "300ms",
+            "encoding/json.Marshal",
+            "k8s.io/apiserver/pkg/admission/plugin/webhook/mutating.(*mutatingDispatcher).Dispatch",
+            "net/http.HandlerFunc.ServeHTTP",
+        ),
+        SEP,
+        trace("100ms", "crypto/tls.(*Conn).Write", "net/http.(*persistConn).writeLoop"),
+        SEP,
+        trace(
+            "200ms",
+            "k8s.io/kubernetes/pkg/registry/core/event.(*strategy).Validate",
+            "net/http.HandlerFunc.ServeHTTP",
+        ),
+        SEP,
+        trace("400ms", "runtime.scanobject", "runtime.gcBgMarkWorker"),
+        SEP,
+    ]
+)
+
+
+def test_the_churn_rows_give_ms_per_pod_ours_beside_the_floor_largest_excess_first() -> None:
+    ours = shares(WEBHOOK_TRACES)
+    assert dict(ours["shares"]) == {
+        "admission webhooks": 0.4,
+        "garbage collection": 0.4,
+        "Events' storage": 0.2,
+    }
+    floor = shares(TRACES)
+    r = {
+        "config": {"pods": 100},
+        "churn_apiserver_cpu": ours,
+        "floor": {"churn_apiserver_cpu": floor},
+    }
+    rows = churn_apiserver_rows(r)
+    assert rows[0] == ("  API server CPU ms per pod (profile), ours / floor", "10.0 / 10.0")
+    # 1.0 s over 100 pods: the webhooks' 0.4 s is 4 ms a pod, none of it the floor's.
+    assert rows[1] == ("    admission webhooks", "4.0 / -")
+    assert rows[2] == ("    Events' storage", "2.0 / -")
+    by_kind = dict(rows[1:])
+    assert by_kind["    garbage collection"] == "4.0 / 3.5"
+    assert by_kind["    custom resources"] == "0.0 / 3.0"
+    assert apiserver_ms_per_pod({"error": "no go"}, 100) == {}
+    assert churn_apiserver_rows({"config": {"pods": 1}}) == []
