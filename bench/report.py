@@ -466,6 +466,8 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
     row("operator CPU s / peak RSS", f"{p['operator']['cpu_seconds']:.1f}s / "
         f"{p['operator']['peak_rss_mb']:.1f} MB (target <= 200 MB at 200 nodes, "
         "300 MB at 1000)")  # fmt: skip
+    if "leader_step_downs" in p["operator"]:
+        row("operator: times it stopped leading", str(p["operator"]["leader_step_downs"]))
     row("agent(s) CPU s / peak RSS", f"{p['agents']['cpu_seconds']:.1f}s / "
         f"{p['agents']['peak_rss_mb']:.1f} MB; base {p['agents']['base_rss_mb']:.1f} MB; "
         f"{p['agents']['mb_per_node_over_base']:.3f} MB/node (target <= 1)")  # fmt: skip

@@ -594,7 +594,8 @@ def process_phase(run: Run, churned: Churned) -> None:
     op0 = churned.operator_before
     run.out["processes"] = {
         "operator": {"cpu_seconds": op.cpu_seconds - (op0.cpu_seconds if op0 else 0),
-                     "cpu_seconds_total": op.cpu_seconds, "peak_rss_mb": op.peak_rss_mb},
+                     "cpu_seconds_total": op.cpu_seconds, "peak_rss_mb": op.peak_rss_mb,
+                     "leader_step_downs": leader_step_downs(cluster)},
         "agents": {
             "cpu_seconds": sum(s.cpu_seconds for s in agents),
             "peak_rss_mb": sum(s.peak_rss_mb for s in agents),
@@ -603,6 +604,16 @@ def process_phase(run: Run, churned: Churned) -> None:
                                       - len(agents) * base.peak_rss_mb) / len(cluster.nodes),
         },
     }  # fmt: skip
+
+
+def leader_step_downs(cluster: Cluster) -> int:
+    """How often the operator stopped leading so far (its log says so each
+    time): under a load its API server answers renewals slowly, each one
+    refuses its writes until it leads again."""
+    if cluster.operator is None or not cluster.operator.log_path.exists():
+        return 0
+    text = cluster.operator.log_path.read_text(errors="replace")
+    return text.count(" stopped leading (holder now ")
 
 
 async def ours_again_phase(run: Run) -> None:

@@ -20,7 +20,8 @@ loop.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection
+import contextlib
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from contextvars import ContextVar
 from typing import Any, Final
 
@@ -59,6 +60,20 @@ async def _ask_again(session: aiohttp.ClientSession, context: object, params: ob
     if sending is not None:
         fence, operation = sending
         fence(operation)
+
+
+@contextlib.contextmanager
+def fenced(fence: Callable[[str], None] | None, operation: str) -> Iterator[None]:
+    """Within it, a request on a client that carries `send_fence` asks
+    `fence(operation)` again just before its bytes are written."""
+    if fence is None:
+        yield
+        return
+    sending = _SENDING.set((fence, operation))
+    try:
+        yield
+    finally:
+        _SENDING.reset(sending)
 
 
 def send_fence() -> aiohttp.TraceConfig:
@@ -107,9 +122,9 @@ class Writes:
         self.errors.labels(operation, status_label(exc)).inc()
 
     async def _counted(self, operation: str, request: Awaitable[Any], expected: Expected) -> Any:
-        sending = _SENDING.set((self.fence, operation)) if self.fence is not None else None
         try:
-            return await request
+            with fenced(self.fence, operation):
+                return await request
         except FencedWrite:
             raise
         except ApiException as exc:
@@ -119,9 +134,6 @@ class Writes:
         except Exception as exc:
             self.failed(operation, exc)
             raise
-        finally:
-            if sending is not None:
-                _SENDING.reset(sending)
 
     async def call(
         self,

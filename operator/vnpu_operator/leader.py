@@ -1,6 +1,7 @@
 """The leader election's runner: reads and writes the Lease every
-`retry_seconds` by `election.Election`'s rules, and tells the controllers
-when this replica starts and stops leading.
+`retry_seconds` by `election.Election`'s rules (a leader's renewals
+overlapping, the rest one at a time), and tells the controllers when this
+replica starts and stops leading.
 
 Every replica runs the informers and serves the webhook; only the leader
 reconciles and writes (docs/HELM.md, 'High availability'). `may_write` is
@@ -37,11 +38,16 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
 from vnpu_common import names
-from vnpu_common.apiwrites import FencedWrite
+from vnpu_common.apiwrites import FencedWrite, fenced
+from vnpu_common.patches import JSON_PATCH
 from vnpu_common.rawcall import call_json, describe
 from vnpu_operator.election import Election, Record, Timing
 
 log = logging.getLogger(__name__)
+
+# A write refused because the Lease changed or is gone: 409 over a stale
+# resourceVersion, 422 from a JSON patch's failed test (the holder changed).
+_CHANGED = (404, 409, 422)
 
 
 Listener = Callable[[], None]
@@ -155,15 +161,72 @@ class Leadership:
             await self._stop_thread()
 
     async def _tries(self, api: client.CoordinationV1Api, settled: Callable[[], None]) -> None:
-        while not self._stop.is_set():
-            try:
-                await self.attempt(api)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("leader election: Lease %s not written: %s", self.name, describe(exc))
+        """Every `retry_seconds`: a leader within its deadline sends a renewal
+        without waiting for the ones still unanswered (up to
+        `renewals_in_flight`; election.py says why that is safe); anyone else
+        waits for those, reads the Lease and writes over the version read."""
+        in_flight: set[asyncio.Task[None]] = set()
+        try:
+            while not self._stop.is_set():
+                try:
+                    if self._renews():
+                        if len(in_flight) < self.election.timing.renewals_in_flight:
+                            task = asyncio.create_task(self._renew(api, settled))
+                            in_flight.add(task)
+                            task.add_done_callback(in_flight.discard)
+                    else:
+                        if in_flight:
+                            await asyncio.wait(in_flight)
+                        await self.attempt(api)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning(
+                        "leader election: Lease %s not written: %s", self.name, describe(exc)
+                    )
+                settled()
+                await asyncio.sleep(self.election.timing.retry_seconds)
+        finally:
+            # A renewal must not land after the hand-back: each is given
+            # up at the renew deadline anyway.
+            if in_flight:
+                await asyncio.wait(in_flight, timeout=self.election.timing.renew_deadline)
+            for task in in_flight:
+                task.cancel()
+
+    def _renewal_fence(self, operation: str) -> None:
+        if not self.election.may_write(self.clock()):
+            raise NotLeading(operation)
+
+    def _renews(self) -> bool:
+        return self.election.may_write(self.clock()) and self.election.holder() == self.identity
+
+    async def _renew(self, api: client.CoordinationV1Api, settled: Callable[[], None]) -> None:
+        election = self.election
+        patch = election.renewal(self.wall())
+        sent = self.clock()
+        try:
+            # Asked again as its bytes go out (a client with `send_fence`):
+            # created just before the process froze, it must not go out
+            # once it resumes past its deadline; `attempt` reads first then.
+            with fenced(self._renewal_fence, "renew Lease"):
+                answer = await call_json(
+                    api.patch_namespaced_lease, self.name, self.namespace, patch,
+                    _content_type=JSON_PATCH, _request_timeout=election.timing.renew_deadline,
+                )  # fmt: skip
+        except FencedWrite:
+            pass
+        except ApiException as exc:
+            if exc.status in _CHANGED:
+                election.conflicted(sent)
+            else:
+                log.warning("leader election: Lease %s not renewed: %s", self.name, describe(exc))
+        except Exception as exc:
+            log.warning("leader election: Lease %s not renewed: %s", self.name, describe(exc))
+        else:
+            election.renewed(Record.from_api(answer), sent)
+        finally:
             settled()
-            await asyncio.sleep(self.election.timing.retry_seconds)
 
     async def _thread_tries(self, main: asyncio.AbstractEventLoop) -> None:
         assert self.thread_api is not None
@@ -185,17 +248,15 @@ class Leadership:
             await asyncio.to_thread(thread.join, self.election.timing.renew_deadline + 2)
 
     async def attempt(self, api: client.CoordinationV1Api | None = None) -> None:
-        """One read (unless this replica holds the Lease and knows its
-        version) and at most one write."""
+        """One read and at most one write: a take-over, or the holder's own
+        renewal once its deadline has passed."""
         api = api or self.api
         assert api is not None
         election = self.election
-        # Only a leader within its deadline renews blind (with the version it
-        # wrote last); anyone else reads first: a leader that was frozen
-        # finds the Lease taken and writes nothing.
-        if not election.may_write(self.clock()):
-            record = await self._read(api)
-            election.observe(record, self.clock())
+        # Read first, always (a leader within its deadline renews in `_renew`
+        # instead): a leader that was frozen finds the Lease taken and
+        # writes nothing.
+        election.observe(await self._read(api), self.clock())
         if not election.wants(self.clock()):
             return
         body = election.body(self.name, self.namespace, self.wall())
@@ -212,9 +273,9 @@ class Leadership:
                     _request_timeout=election.timing.renew_deadline,
                 )  # fmt: skip
         except ApiException as exc:
-            if exc.status in (404, 409):
+            if exc.status in _CHANGED:
                 # Changed (or gone) since read: read it again next time.
-                election.conflicted()
+                election.conflicted(sent)
                 return
             raise
         was = election.holder()
@@ -242,16 +303,16 @@ class Leadership:
             return
         # No renewal may follow the hand-back.
         await self._stop_thread()
-        body = self.election.release_body(self.name, self.namespace, self.wall())
+        patch = self.election.release_patch(self.wall())
         was_leading = self.leading()
         self.election.step_down()
         self._settle()
-        if body is None or not was_leading:
+        if patch is None or not was_leading:
             return
         try:
             await call_json(
-                self.api.replace_namespaced_lease, self.name, self.namespace, body,
-                _request_timeout=2,
+                self.api.patch_namespaced_lease, self.name, self.namespace, patch,
+                _content_type=JSON_PATCH, _request_timeout=2,
             )  # fmt: skip
             log.info("leader election: Lease %s handed back", self.name)
         except Exception as exc:

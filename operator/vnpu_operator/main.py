@@ -88,7 +88,9 @@ async def run(settings: OperatorSettings) -> None:
         # default one again later, from wherever it looks.
         thread_api=lambda: new_api_client(
             f"{names.USER_AGENT_OPERATOR}/{__version__} ({identity}) leader-election",
-            connections=2,
+            # A connection per renewal in flight, one more for a read.
+            connections=settings.election_timing().renewals_in_flight + 1,
+            fenced=True,
             configuration=api_client.configuration,
         ),
     )

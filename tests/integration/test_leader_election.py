@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import datetime
 import http.client
 import signal
 import ssl
@@ -29,8 +31,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 import yaml
+from aiohttp import web
 from bench import load
 from bench.failover import Replicas, audit_allocations, churn_with_kills, election_settings
 from kubernetes_asyncio import client
@@ -367,3 +371,118 @@ def test_a_busy_controller_loop_costs_no_renewal(plane: LocalPlane) -> None:
     loop itself (the control) the same block costs the lead."""
     assert not asyncio.run(_leads_through_a_busy_loop(plane, "busy-loop-inline", threaded=False))
     assert asyncio.run(_leads_through_a_busy_loop(plane, "busy-loop-thread", threaded=True))
+
+
+class SlowApiServer:
+    """The API server as a saturated one answers: a plain-HTTP stand-in in
+    front of it that holds each request `delay` seconds before passing it
+    on (with the plane's admin credentials), so the write lands that much
+    after it was sent."""
+
+    def __init__(self, upstream: client.Configuration) -> None:
+        host, cert = upstream.host, upstream.cert_file
+        assert host, "no API server in the plane's kubeconfig"
+        assert cert, "the plane's admin signs in with a client certificate"
+        self.upstream = host.rstrip("/")
+        context = ssl.create_default_context(cafile=upstream.ssl_ca_cert)
+        context.load_cert_chain(cert, upstream.key_file)
+        self.context = context
+        self.delay = 0.0
+        self.runner: web.AppRunner | None = None
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> str:
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.context))
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return f"http://127.0.0.1:{port}"
+
+    async def _forward(self, request: web.Request) -> web.Response:
+        assert self.session is not None
+        await asyncio.sleep(self.delay)
+        headers = {
+            k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept")
+        }
+        async with self.session.request(
+            request.method, self.upstream + request.path_qs, data=await request.read(),
+            headers=headers,
+        ) as answer:  # fmt: skip
+            return web.Response(
+                body=await answer.read(), status=answer.status,
+                content_type=answer.content_type,
+            )  # fmt: skip
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+        if self.session is not None:
+            await self.session.close()
+
+
+async def _lead_through_slow_answers(
+    plane: LocalPlane, name: str, delay: float, seconds: float
+) -> tuple[list[str], float]:
+    """Leads the Lease `name` with every request answered `delay` seconds
+    late for `seconds`: what the listeners heard, and how old the Lease's
+    renewTime was at the end (as stored, read without the delay)."""
+    await kube_config.load_kube_config(config_file=str(plane.kubeconfig))
+    direct = client.Configuration.get_default_copy()
+    slow = SlowApiServer(direct)
+    slow_config = copy.deepcopy(direct)
+    slow_config.host = await slow.start()
+    timing = Timing(LEASE, DEADLINE, RETRY)
+    api = api_client(
+        "vnpu-test/leader-slow", configuration=slow_config,
+        connections=timing.renewals_in_flight + 1,
+    )  # fmt: skip
+    lead = Leadership(
+        client.CoordinationV1Api(api), "default", f"slow-{name}", timing=timing, name=name
+    )
+    heard: list[str] = []
+    lead.on_change(lambda: heard.append("started"), lambda: heard.append("stopped"))
+    task = asyncio.create_task(lead.run())
+    try:
+        for _ in range(100):
+            if lead.leading():
+                break
+            await asyncio.sleep(0.1)
+        assert lead.leading(), "never led an unheld Lease"
+        slow.delay = delay
+        await asyncio.sleep(seconds)
+        slow.delay = 0.0
+        lease = get_json(plane, "lease", name, "-n", "default")
+        renewed = datetime.datetime.fromisoformat(lease["spec"]["renewTime"])
+        age = (datetime.datetime.now(datetime.UTC) - renewed).total_seconds()
+        # Before the hand-back below, which the listeners hear as a stop.
+        return list(heard), age
+    finally:
+        await lead.release()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await api.close()
+        await slow.stop()
+        plane.kubectl("delete", "lease", name, "-n", "default", "--ignore-not-found")
+
+
+def test_a_leader_answered_slowly_but_within_the_deadline_keeps_leading(
+    plane: LocalPlane,
+) -> None:
+    """Every request answered 1.4 s late, under the 3 s renew deadline: the
+    leader sends its renewals 0.5 s apart without waiting for the answers,
+    so each success extends the lead before the last one runs out, and it
+    never steps down (one renewal at a time, 1.4 + 0.5 + 1.4 s between two
+    successes' sends and answers is past the deadline: it stepped down at
+    every second renewal). Answered 3.5 s late, past the deadline, it does
+    step down: the fence still holds."""
+    heard, age = asyncio.run(_lead_through_slow_answers(plane, "slow-within", 1.4, 12.0))
+    assert heard == ["started"], heard
+    # Renewals kept landing: the last one stored less than a delay and a retry ago.
+    assert age < 1.4 + RETRY + 1.0, age
+    heard, _ = asyncio.run(_lead_through_slow_answers(plane, "slow-past", 3.5, 8.0))
+    assert heard[:2] == ["started", "stopped"], heard

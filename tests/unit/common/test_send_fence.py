@@ -158,3 +158,43 @@ async def test_the_fence_is_asked_right_before_headers_and_before_the_body(
     finally:
         await api.close()
     assert gate.asked == ["delete"] * 2 + ["create"] * 3
+
+
+async def test_a_lease_renewal_held_up_past_its_deadline_is_not_sent(server: Server) -> None:
+    """The leader's renewals do not wait for each other's answers; one that
+    waited for a connection (or was frozen before it went out) until the
+    renew deadline passed is not sent: the replica reads the Lease first."""
+    from vnpu_operator.election import Record, Timing
+    from vnpu_operator.leader import Leadership
+
+    now = [100.0]
+    api = api_client(
+        "vnpu-test/fence", connections=1,
+        configuration=client.Configuration(host=server.url), fenced=True,
+    )  # fmt: skip
+    lead = Leadership(
+        client.CoordinationV1Api(api), "ns", "me",
+        timing=Timing(4, 3.0, 0.5), clock=lambda: now[0],
+    )  # fmt: skip
+    lead.election.written(
+        Record(holder="me", lease_seconds=4, transitions=0, acquired="", version="1"), 100.0
+    )
+    try:
+        settled: list[str] = []
+
+        def heard() -> None:
+            settled.append("settled")
+
+        # The first renewal takes the only connection and is held there.
+        first = asyncio.create_task(lead._renew(client.CoordinationV1Api(api), heard))
+        await server.arrived.wait()
+        second = asyncio.create_task(lead._renew(client.CoordinationV1Api(api), heard))
+        await asyncio.sleep(0.05)
+        now[0] = 103.5  # past the deadline of the renewal sent at 100
+        server.release.set()
+        await asyncio.gather(first, second)
+    finally:
+        await api.close()
+    lease = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/vnpu-operator-leader"
+    assert server.seen == [f"PATCH {lease}"]
+    assert settled == ["settled", "settled"]

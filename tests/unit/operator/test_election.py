@@ -31,6 +31,19 @@ def written(e: Election, body: dict[str, Any], version: str, sent: float) -> Non
     e.written(Record.from_api({**body, "metadata": {"resourceVersion": version}}), sent)
 
 
+def apply(lease: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """The API server's JSON patch of a Lease's spec fields: a failed test
+    refuses the whole patch."""
+    spec = dict(lease["spec"])
+    for op in patch:
+        field = op["path"].removeprefix("/spec/")
+        if op["op"] == "test" and spec.get(field) != op["value"]:
+            raise ValueError(f"test failed: {field}")
+        if op["op"] == "add":
+            spec[field] = op["value"]
+    return {**lease, "spec": spec}
+
+
 def test_timing_must_stop_before_the_lease_can_be_taken() -> None:
     with pytest.raises(ValueError, match="renew deadline < lease"):
         Timing(lease_seconds=10, renew_deadline=10.0, retry_seconds=2.0)
@@ -117,11 +130,14 @@ def test_a_released_lease_is_free_and_only_its_holder_releases() -> None:
     a, b = Election("a", T), Election("b", T)
     a.observe(None, now=0.0)
     written(a, a.body("l", "ns", wall=0.0), "1", sent=0.0)
-    assert b.release_body("l", "ns", wall=0.0) is None
-    body = a.release_body("l", "ns", wall=0.0)
-    assert body is not None
-    assert body["spec"]["holderIdentity"] == ""
-    b.observe(Record.from_api({**body, "metadata": {"resourceVersion": "2"}}), now=1.0)
+    assert b.release_patch(wall=0.0) is None
+    patch = a.release_patch(wall=0.0)
+    assert patch is not None
+    # Refused by the API server unless "a" still holds it.
+    assert patch[0] == {"op": "test", "path": "/spec/holderIdentity", "value": "a"}
+    released = apply(a.body("l", "ns", wall=0.0), patch)
+    assert released["spec"]["holderIdentity"] == ""
+    b.observe(Record.from_api({**released, "metadata": {"resourceVersion": "2"}}), now=1.0)
     assert b.wants(1.0)
 
 
@@ -171,3 +187,62 @@ def test_the_default_timing_resumes_within_five_seconds_of_a_kill_and_fences_fir
     assert worst <= 4.7, worst
     # client-go's defaults would not do: the same rules give 14 s here.
     assert takeover_after_kill(Timing(15, 10.0, 2.0), 10.0, 0.0)[0] > 12
+
+
+def test_a_renewal_is_refused_unless_this_replica_still_holds_the_lease() -> None:
+    a = Election("a", T)
+    a.observe(None, now=0.0)
+    body = a.body("l", "ns", wall=0.0)
+    written(a, body, "1", sent=0.0)
+    renewal = a.renewal(wall=1.0)
+    renewed = apply(body, renewal)
+    assert renewed["spec"]["holderIdentity"] == "a"
+    assert renewed["spec"]["renewTime"] == "1970-01-01T00:00:01.000000Z"
+    assert renewed["spec"]["leaseDurationSeconds"] == 15
+    taken = {**body, "spec": {**body["spec"], "holderIdentity": "b"}}
+    with pytest.raises(ValueError, match="test failed"):
+        apply(taken, renewal)
+
+
+def test_renewals_answered_out_of_order_lead_to_the_latest_send_deadline() -> None:
+    a = Election("a", T)
+    a.observe(None, now=0.0)
+    body = a.body("l", "ns", wall=0.0)
+    written(a, body, "1", sent=0.0)
+    # Sent at 2 and 4, both in flight; the one sent at 4 is answered first.
+    a.renewed(lease("a", "3"), sent_at=4.0)
+    a.renewed(lease("a", "2"), sent_at=2.0)
+    assert a.may_write(13.9)
+    assert not a.may_write(14.0)
+    # The Lease kept is the latest sent's, not the last answered.
+    assert a.observed is not None and a.observed.version == "3"
+
+
+def test_a_renewal_refused_ends_nothing_but_no_earlier_answer_brings_the_lease_back() -> None:
+    a = Election("a", T)
+    a.observe(None, now=0.0)
+    written(a, a.body("l", "ns", wall=0.0), "1", sent=0.0)
+    # The renewal sent at 4 found another holder; one sent at 2 comes back later.
+    a.conflicted(sent_at=4.0)
+    assert a.holder() == ""
+    a.renewed(lease("a", "2"), sent_at=2.0)
+    # It landed before the refused one: its own deadline holds, and the
+    # Lease must be read again before any other write.
+    assert a.may_write(11.9)
+    assert not a.may_write(12.0)
+    assert a.holder() == ""
+
+
+def test_an_answer_naming_another_holder_ends_leading() -> None:
+    a = Election("a", T)
+    a.observe(None, now=0.0)
+    written(a, a.body("l", "ns", wall=0.0), "1", sent=0.0)
+    a.renewed(lease("b", "2"), sent_at=1.0)
+    assert not a.may_write(1.0)
+
+
+def test_renewals_in_flight_cover_the_deadline_at_most_six() -> None:
+    assert Timing().renewals_in_flight == 6  # 3 s / 0.5 s
+    assert Timing(15, 10.0, 2.0).renewals_in_flight == 5
+    assert Timing(4, 3.0, 2.5).renewals_in_flight == 2
+    assert Timing(60, 50.0, 0.5).renewals_in_flight == 6
