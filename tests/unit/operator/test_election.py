@@ -215,7 +215,8 @@ def test_renewals_answered_out_of_order_lead_to_the_latest_send_deadline() -> No
     assert a.may_write(13.9)
     assert not a.may_write(14.0)
     # The Lease kept is the latest sent's, not the last answered.
-    assert a.observed is not None and a.observed.version == "3"
+    assert a.observed is not None
+    assert a.observed.version == "3"
 
 
 def test_a_renewal_refused_ends_nothing_but_no_earlier_answer_brings_the_lease_back() -> None:
