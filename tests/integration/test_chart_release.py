@@ -238,7 +238,10 @@ def test_operator_rbac(plane: LocalPlane, release: str) -> None:
     leader = f"{leases}/{names.LEADER_LEASE_NAME}"
     assert cred.can_i("get", leader, NAMESPACE)
     assert cred.can_i("update", leader, NAMESPACE)
+    # Renewals and the hand-back are JSON patches testing the holder.
+    assert cred.can_i("patch", leader, NAMESPACE)
     assert not cred.can_i("update", f"{leases}/{names.lease_name(NODE_A)}", NAMESPACE)
+    assert not cred.can_i("patch", f"{leases}/{names.lease_name(NODE_A)}", NAMESPACE)
     assert not cred.can_i("delete", leader, NAMESPACE)
     assert not cred.can_i("create", leases, "default")
 
