@@ -64,6 +64,13 @@ class Timing:
             )
 
     @property
+    def least_lead(self) -> float:
+        """The least time left of a lead for a replica that does not lead to
+        start leading: a third of the deadline (an answer within two thirds
+        of it)."""
+        return self.renew_deadline / 3
+
+    @property
     def renewals_in_flight(self) -> int:
         """How many renewals a leader may have unanswered: one per retry
         within the deadline (a renewal unanswered after the deadline is given

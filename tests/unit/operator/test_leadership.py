@@ -114,3 +114,22 @@ async def test_a_replica_that_stopped_leading_reconciles_nothing() -> None:
     await w.controller.reconcile("u1")
     await w.settle()
     assert w.api.calls == []
+
+
+def test_a_lead_about_to_run_out_is_not_started() -> None:
+    """A renewal answered just before its own deadline (a saturated API
+    server) does not make a replica that does not lead start for a moment:
+    it starts on an answer with a third of the deadline or more left, and
+    one that leads keeps leading on either."""
+    clock = Clock()
+    lead, heard, _ = leadership(clock)
+    renewed(lead, sent=clock.now - 7.0)  # 3 s of the 10 s deadline left: under a third
+    assert heard == []
+    with pytest.raises(NotLeading):
+        lead.check("create_allocation")
+    renewed(lead, sent=clock.now - 6.5)  # 3.5 s left
+    assert heard == ["started"]
+    clock.now += 1.0
+    renewed(lead, sent=clock.now - 8.0)  # leading: 2 s more are 2 s more
+    assert heard == ["started"]
+    assert lead.leading()
