@@ -335,6 +335,21 @@ def test_one_replica_alone(plane: LocalPlane, replicas: Replicas, namespace: str
     print(f"single replica: SIGKILL -> restarted and placing in {time.monotonic() - killed:.1f}s")
 
 
+async def _leading(lead: Leadership) -> None:
+    for _ in range(100):
+        if lead.leading():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("never led an unheld Lease")
+
+
+async def _hand_back(lead: Leadership, task: asyncio.Task[None]) -> None:
+    await lead.release()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 async def _leads_through_a_busy_loop(plane: LocalPlane, name: str, *, threaded: bool) -> bool:
     """Runs a Leadership in this process for the Lease `name`, blocks this
     event loop past the renew deadline once it leads (as a 2000-node sync on
@@ -348,19 +363,12 @@ async def _leads_through_a_busy_loop(plane: LocalPlane, name: str, *, threaded: 
     )  # fmt: skip
     task = asyncio.create_task(lead.run())
     try:
-        for _ in range(100):
-            if lead.leading():
-                break
-            await asyncio.sleep(0.1)
-        assert lead.leading(), "never led an unheld Lease"
+        await _leading(lead)
         # The loop blocked on purpose, as a long synchronous step would.
         time.sleep(DEADLINE + 2)  # noqa: ASYNC251
         return lead.leading()
     finally:
-        await lead.release()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await _hand_back(lead, task)
         await api.close()
         plane.kubectl("delete", "lease", name, "-n", "default", "--ignore-not-found")
 
@@ -447,11 +455,7 @@ async def _lead_through_slow_answers(
     lead.on_change(lambda: heard.append("started"), lambda: heard.append("stopped"))
     task = asyncio.create_task(lead.run())
     try:
-        for _ in range(100):
-            if lead.leading():
-                break
-            await asyncio.sleep(0.1)
-        assert lead.leading(), "never led an unheld Lease"
+        await _leading(lead)
         slow.delay = delay
         await asyncio.sleep(seconds)
         slow.delay = 0.0
@@ -461,10 +465,7 @@ async def _lead_through_slow_answers(
         # Before the hand-back below, which the listeners hear as a stop.
         return list(heard), age
     finally:
-        await lead.release()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await _hand_back(lead, task)
         await api.close()
         await slow.stop()
         plane.kubectl("delete", "lease", name, "-n", "default", "--ignore-not-found")

@@ -44,6 +44,14 @@ def apply(lease: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
     return {**lease, "spec": spec}
 
 
+def leader() -> Election:
+    """ "a", which took the unheld Lease with a write sent at 0."""
+    a = Election("a", T)
+    a.observe(None, now=0.0)
+    written(a, a.body("l", "ns", wall=0.0), "1", sent=0.0)
+    return a
+
+
 def test_timing_must_stop_before_the_lease_can_be_taken() -> None:
     with pytest.raises(ValueError, match="renew deadline < lease"):
         Timing(lease_seconds=10, renew_deadline=10.0, retry_seconds=2.0)
@@ -119,9 +127,7 @@ def test_the_holder_renews_its_own_lease_at_once() -> None:
 
 
 def test_seeing_another_holder_ends_leading_at_once() -> None:
-    a = Election("a", T)
-    a.observe(None, now=0.0)
-    written(a, a.body("l", "ns", wall=0.0), "1", sent=0.0)
+    a = leader()
     a.observe(lease("b", "2"), now=1.0)
     assert not a.may_write(1.0)
 
@@ -220,9 +226,7 @@ def test_renewals_answered_out_of_order_lead_to_the_latest_send_deadline() -> No
 
 
 def test_a_renewal_refused_ends_nothing_but_no_earlier_answer_brings_the_lease_back() -> None:
-    a = Election("a", T)
-    a.observe(None, now=0.0)
-    written(a, a.body("l", "ns", wall=0.0), "1", sent=0.0)
+    a = leader()
     # The renewal sent at 4 found another holder; one sent at 2 comes back later.
     a.conflicted(sent_at=4.0)
     assert a.holder() == ""
@@ -235,9 +239,7 @@ def test_a_renewal_refused_ends_nothing_but_no_earlier_answer_brings_the_lease_b
 
 
 def test_an_answer_naming_another_holder_ends_leading() -> None:
-    a = Election("a", T)
-    a.observe(None, now=0.0)
-    written(a, a.body("l", "ns", wall=0.0), "1", sent=0.0)
+    a = leader()
     a.renewed(lease("b", "2"), sent_at=1.0)
     assert not a.may_write(1.0)
 
