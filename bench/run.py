@@ -260,10 +260,13 @@ async def churn_phase(run: Run) -> Churned:
     snap_task = asyncio.create_task(_mid_snapshot(cluster, args))
     profiler = start_profile(cluster, args, "churn")
     churn_s = await load.churn(driver, pods, args.rate, args.hold, args.timeout, say)
-    if profiler:
-        out["churn_apiserver_cpu"] = await read_profile(cluster, profiler)
     mid = await snap_task
     spent = churn_cpu.stop()
+    if profiler:
+        # After the CPU window: the reading (go tool pprof) and the wait for
+        # the last slice would lengthen it, and the idle rate taken out per
+        # second of it would shrink the CPU per pod.
+        out["churn_apiserver_cpu"] = await read_profile(cluster, profiler)
     cpu_window = spent["window_s"]
     drv_end = driver_cpu(cluster)
     if sampler:

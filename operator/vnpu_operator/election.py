@@ -71,6 +71,12 @@ class Timing:
         return self.renew_deadline / 3
 
     @property
+    def connections(self) -> int:
+        """The connections the election's client needs: one per renewal in
+        flight, one more for a read."""
+        return self.renewals_in_flight + 1
+
+    @property
     def renewals_in_flight(self) -> int:
         """How many renewals a leader may have unanswered: one per retry
         within the deadline (a renewal unanswered after the deadline is given
@@ -185,21 +191,19 @@ class Election:
         record = self.observed
         if record is None or record.holder != self.identity:
             return None
-        return [
-            {"op": "test", "path": "/spec/holderIdentity", "value": self.identity},
-            {"op": "add", "path": "/spec/holderIdentity", "value": ""},
-            {"op": "add", "path": "/spec/renewTime", "value": micro_time(wall)},
-            {"op": "add", "path": "/spec/leaseDurationSeconds", "value": 1},
-        ]
+        return self._held_patch(wall, holderIdentity="", leaseDurationSeconds=1)
 
     def renewal(self, wall: float) -> list[dict[str, Any]]:
         """The leader's renewal as a JSON patch: refused by the API server
         (the test fails) unless this replica still holds the Lease."""
-        return [
-            {"op": "test", "path": "/spec/holderIdentity", "value": self.identity},
-            {"op": "add", "path": "/spec/renewTime", "value": micro_time(wall)},
-            {"op": "add", "path": "/spec/leaseDurationSeconds", "value": self.timing.lease_seconds},
-        ]
+        return self._held_patch(wall, leaseDurationSeconds=self.timing.lease_seconds)
+
+    def _held_patch(self, wall: float, **spec: Any) -> list[dict[str, Any]]:
+        """A JSON patch of the Lease's spec that first tests this replica
+        holds it: `spec`'s fields, and renewTime `wall`."""
+        test = {"op": "test", "path": "/spec/holderIdentity", "value": self.identity}
+        fields = {**spec, "renewTime": micro_time(wall)}
+        return [test, *({"op": "add", "path": f"/spec/{k}", "value": v} for k, v in fields.items())]
 
     def renewed(self, record: Record, sent_at: float) -> None:
         """A renewal sent at `sent_at` succeeded. Answers of renewals in
@@ -222,15 +226,14 @@ class Election:
         else:
             self.leading_until = float("-inf")
 
-    def conflicted(self, sent_at: float | None = None) -> None:
+    def conflicted(self, sent_at: float) -> None:
         """A write (sent at `sent_at`) was refused because the Lease changed:
         it must be read again before the next write. Leading, if it was, ends
         at the deadline already set. A renewal answered later but sent before
         this one landed before it too: it extends no lead past its own
         deadline and brings back no older view of the Lease."""
         self.observed = None
-        if sent_at is not None:
-            self.observed_at = max(self.observed_at, sent_at)
+        self.observed_at = max(self.observed_at, sent_at)
 
     def step_down(self) -> None:
         self.leading_until = float("-inf")

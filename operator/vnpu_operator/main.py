@@ -75,11 +75,12 @@ async def run(settings: OperatorSettings) -> None:
         f"{names.USER_AGENT_OPERATOR}/{__version__} ({identity})", fenced=True
     )
     metrics = OperatorMetrics()
+    timing = settings.election_timing()
     leadership = Leadership(
         client.CoordinationV1Api(api_client) if settings.leader_election else None,
         settings.leader_election_namespace or settings.agent_namespace,
         identity,
-        timing=settings.election_timing(),
+        timing=timing,
         leader_gauge=metrics.leader,
         changes=metrics.leader_changes,
         refused=metrics.fenced_writes,
@@ -88,8 +89,7 @@ async def run(settings: OperatorSettings) -> None:
         # default one again later, from wherever it looks.
         thread_api=lambda: new_api_client(
             f"{names.USER_AGENT_OPERATOR}/{__version__} ({identity}) leader-election",
-            # A connection per renewal in flight, one more for a read.
-            connections=settings.election_timing().renewals_in_flight + 1,
+            connections=timing.connections,
             fenced=True,
             configuration=api_client.configuration,
         ),

@@ -446,7 +446,7 @@ async def _lead_through_slow_answers(
     timing = Timing(LEASE, DEADLINE, RETRY)
     api = api_client(
         "vnpu-test/leader-slow", configuration=slow_config,
-        connections=timing.renewals_in_flight + 1,
+        connections=timing.connections,
     )  # fmt: skip
     lead = Leadership(
         client.CoordinationV1Api(api), "default", f"slow-{name}", timing=timing, name=name

@@ -246,6 +246,7 @@ def test_an_answer_naming_another_holder_ends_leading() -> None:
 
 def test_renewals_in_flight_cover_the_deadline_at_most_six() -> None:
     assert Timing().renewals_in_flight == 6  # 3 s / 0.5 s
+    assert Timing().connections == 7  # and one for a read
     assert Timing(15, 10.0, 2.0).renewals_in_flight == 5
     assert Timing(4, 3.0, 2.5).renewals_in_flight == 2
     assert Timing(60, 50.0, 0.5).renewals_in_flight == 6
