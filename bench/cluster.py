@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.snapshot import Spec
 from localplane import LocalPlane, NodeSpec
 from localplane.components import (
     AGENT_NAMESPACE,
@@ -25,7 +26,6 @@ from localplane.components import (
 from localplane.nodes import node_ready
 from localplane.waiting import wait_for
 from vnpu_agent.config import AgentSettings
-from vnpu_agent.drivers.sim import SimDriver
 from vnpu_common import names
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -234,5 +234,11 @@ class Cluster:
     def list(self, *args: str) -> list[dict[str, Any]]:
         return list((self.get(*args) or {}).get("items", []))
 
-    def sim(self, node: str) -> SimDriver:
-        return SimDriver(self.state_dir / node / "sim" / "state.json")
+    def snapshot_spec(self, *, final: bool) -> Spec:
+        """What the correctness snapshot of these nodes reads (bench/snapshot.py)."""
+        kubectl = [
+            str(self.plane.binary("kubectl")),
+            f"--kubeconfig={self.plane.kubeconfig}",
+            f"--cache-dir={self.plane.workdir / 'kube-cache'}",
+        ]
+        return Spec(kubectl, list(self.nodes), str(self.state_dir), final)

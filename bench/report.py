@@ -1,5 +1,5 @@
-"""Audit-log tallies, apiserver request counters, percentiles, correctness
-checks and the printed table."""
+"""Audit-log tallies, apiserver request counters, percentiles and the
+printed table (the correctness snapshot: bench/snapshot.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import Cluster
 from bench.stacks import LOOP
 from localplane import LocalPlane
-from vnpu_agent.drivers.catalog import Usage, find_model
 from vnpu_common import names
 from vnpu_common.rawcall import call_json
 
@@ -197,59 +195,6 @@ def apiserver_requests(plane: LocalPlane) -> Counter[str]:
         )
         out[f"{labels.get('verb', '?')} {res}"] += int(float(m.group(2)))
     return out
-
-
-def correctness_snapshot(cluster: Cluster, *, final: bool) -> dict[str, int]:
-    """Double-booked ids and over-committed chips, from the allocations (one
-    consistent list) and from the simulated drivers; at the end also leaked
-    vNPUs (sim vs allocations) and allocations left over."""
-    allocs = [
-        a for a in cluster.list(names.ALLOCATION_PLURAL, "-A")
-        if (a.get("spec") or {}).get("nodeName") in set(cluster.nodes)
-    ]  # fmt: skip
-    ids: Counter[tuple[str, int]] = Counter()
-    per_chip: dict[tuple[str, int], list[str]] = defaultdict(list)
-    for a in allocs:
-        spec = a["spec"]
-        ids[(spec["nodeName"], int(spec["vnpuId"]))] += 1
-        per_chip[(spec["nodeName"], int(spec["chip"]))].append(spec["template"])
-    sim_ids: set[tuple[str, int]] = set()
-    models: dict[tuple[str, int], str] = {}
-    over_sim = 0
-    for node in cluster.nodes:
-        sim = cluster.sim(node)
-        for chip in sim.list_chips():
-            models[(node, chip.index)] = chip.model
-            vnpus = sim.list_vnpus(chip.index)
-            sim_ids |= {(node, v.id) for v in vnpus}
-            over_sim += _over(chip.model, [v.template for v in vnpus])
-    over_alloc = sum(_over(models.get(key, ""), tpls) for key, tpls in per_chip.items())
-    out = {
-        "double_booked_ids": sum(1 for n in ids.values() if n > 1),
-        "over_capacity_chips_allocations": over_alloc,
-        "over_capacity_chips_sim": over_sim,
-    }
-    if final:
-        out["leaked_vnpus"] = len(sim_ids - set(ids))
-        out["leftover_allocations"] = len(allocs)
-    return out
-
-
-def _over(model_name: str, templates: list[str]) -> int:
-    model = find_model(model_name)
-    if model is None:
-        return 1 if templates else 0
-    specs = [model.template(t) for t in templates]
-    if any(s is None for s in specs):
-        return 1
-    u = Usage.of(s for s in specs if s is not None)
-    over = (
-        u.aicore > model.aicore
-        or u.memory_mb > model.memory_mb
-        or u.aicpu > model.aicpu
-        or u.media > model.media
-    )
-    return 1 if over else 0
 
 
 def cores_busy(churn: dict[str, Any]) -> float:

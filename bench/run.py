@@ -38,7 +38,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from bench import apiprofile, floors, load, release, report, stacks, steps, timeline
+from bench import apiprofile, floors, load, release, report, snapshot, stacks, steps, timeline
 from bench.allocclock import AllocationClock, reuse_delays
 from bench.cluster import (
     Cluster,
@@ -395,7 +395,7 @@ async def fill_phase(run: Run) -> Filled:
     waiting = [p for p in fill if not p.ungated and p.created]
     last = max((p.ungated for p in placed if p.ungated), default=t0)
     ours_tp = len(placed) / (last - t0) if last > t0 else None
-    run.count(await asyncio.to_thread(report.correctness_snapshot, cluster, final=False))
+    run.count(await asyncio.to_thread(snapshot.take, cluster.snapshot_spec(final=False)))
     run.correctness["fill_pods_stuck_gated"] = max(0, capacity - len(placed))
     freed = placed[: len(waiting)]
     audit = cluster.plane.audit_log
@@ -500,7 +500,7 @@ async def idle_phase(run: Run, churned: Churned) -> None:
     plane = cluster.plane
     await asyncio.sleep(8)  # past the agent's inventory coalescing interval
     settled = await settled_writes(run)
-    run.count(await asyncio.to_thread(report.correctness_snapshot, cluster, final=True))
+    run.count(await asyncio.to_thread(snapshot.take, cluster.snapshot_spec(final=True)))
     a = plane.audit_log.stat().st_size
     say(f"idle {args.idle}s")
     idle_cpu0, t_idle0 = cpu_by_process(cluster), time.monotonic()
@@ -638,7 +638,7 @@ async def ours_again_phase(run: Run) -> None:
         )}  # fmt: skip
     if args.floors or args.rate_search:
         # The phases above ran ours again: nothing may be left of them either.
-        late = await asyncio.to_thread(report.correctness_snapshot, run.cluster, final=True)
+        late = await asyncio.to_thread(snapshot.take, run.cluster.snapshot_spec(final=True))
         run.count(late, prefix="after_floors_")
 
 
@@ -790,7 +790,8 @@ def search(args: argparse.Namespace) -> Search:
 async def _mid_snapshot(cluster: Cluster, args: argparse.Namespace) -> dict[str, int]:
     # Near the churn's peak: creation has run for `hold` seconds.
     await asyncio.sleep(min(args.hold, args.pods / args.rate) + 1)
-    return await asyncio.to_thread(report.correctness_snapshot, cluster, final=False)
+    # Aside, at the lowest priority: the window it falls in is measured (bench/snapshot.py).
+    return await snapshot.aside(cluster.snapshot_spec(final=False))
 
 
 def add_plane_args(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ Two sources, both on the benchmark's clock (wall times turned monotonic):
   (metadata lists of pods, allocations, VNPUNodes, Nodes), its other lists,
   its leader Lease writes, the agents' VNPUNode writes (settled ones included),
   Lease renewals and re-lists; each from the request's arrival to its answer;
+  and kwok's node Lease renewals where they come in a burst (`bursts`);
 - the components' own pause lines (vnpu_common/pauses.py, on with
   `VNPU_DEBUG_PAUSES_MS`): their event loop late (busy, or not scheduled
   by the machine) and their garbage collector's long collections; and the
@@ -89,6 +90,33 @@ def audit_kind(event: Mapping[str, Any]) -> str | None:
 
 
 SETTLED = "agents: VNPUNode write, settled"
+KWOK_BURST = "kwok: node Leases renewed in a burst"
+# kwok renews every node's Lease in one pass every quarter of the duration
+# (10 s): all of them within 2 to 3 s, 60 to 90 writes a second at 200
+# nodes, where kubelets started apart renew apart. A burst: writes less
+# than BURST_GAP apart, at least BURST_LEAST of them.
+BURST_GAP = 0.5
+BURST_LEAST = 20
+
+
+def kwok_lease_write(event: Mapping[str, Any]) -> bool:
+    ref = event.get("objectRef") or {}
+    return component(dict(event)) == "kwok" and ref.get("resource") == "leases"
+
+
+def bursts(kind: str, spans: Sequence[tuple[float, float]]) -> list[Work]:
+    """Runs of `spans` (sorted by start) less than BURST_GAP apart, each of
+    at least BURST_LEAST, as one Work of `kind` from its first start to its
+    last end."""
+    out: list[Work] = []
+    run: list[tuple[float, float]] = []
+    for span in [*spans, (float("inf"), float("inf"))]:
+        if run and span[0] - max(b for _, b in run) >= BURST_GAP:
+            if len(run) >= BURST_LEAST:
+                out.append(Work(kind, run[0][0], max(b for _, b in run)))
+            run = []
+        run.append(span)
+    return out
 
 
 def from_audit(
@@ -100,12 +128,16 @@ def from_audit(
     as settled: a write the interval put off."""
     out = []
     last: dict[str, float] = {}
+    kwok: list[tuple[float, float]] = []
     for e in sorted(events, key=lambda e: str(e.get("requestReceivedTimestamp"))):
         kind = audit_kind(e)
-        if kind is None:
+        if kind is None and not kwok_lease_write(e):
             continue
         start, end = epoch(e.get("requestReceivedTimestamp")), epoch(e.get("stageTimestamp"))
         if start is None or end is None:
+            continue
+        if kind is None:
+            kwok.append((start - offset, end - offset))
             continue
         if kind == "agents: VNPUNode write" and settle is not None:
             node = str((e.get("objectRef") or {}).get("name"))
@@ -114,7 +146,7 @@ def from_audit(
                 kind = SETTLED
             last[node] = start
         out.append(Work(kind, start - offset, end - offset))
-    return out
+    return out + bursts(KWOK_BURST, kwok)
 
 
 def pause_kind(who: str, kind: str, fields: Mapping[str, float]) -> str:

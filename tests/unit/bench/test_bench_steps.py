@@ -9,6 +9,8 @@ from bench.allocclock import AllocationClock
 from bench.load import PodTimes, steps
 from bench.steps import CREATE, DELETE, attribute, raw, slowest
 from bench.timeline import (
+    BURST_LEAST,
+    KWOK_BURST,
     SETTLED,
     Work,
     audit_kind,
@@ -174,6 +176,26 @@ def test_a_vnpunode_write_the_settle_interval_put_off_is_told_apart() -> None:
     events = [write("a", 1), write("b", 2), write("a", 31), write("b", 10)]
     kinds = [w.kind for w in from_audit(events, offset=0.0, settle=30.0)]
     assert kinds == ["agents: VNPUNode write"] * 2 + ["agents: VNPUNode write"] + [SETTLED]
+
+
+def test_kwok_node_lease_renewals_count_only_where_they_come_in_a_burst() -> None:
+    def renewal(at: float, agent: str = "kwok/v0.7.0 (linux/amd64)") -> dict[str, Any]:
+        stamp = f"2026-01-01T00:00:{at:09.6f}Z"
+        return {"userAgent": agent, "verb": "update",
+                "objectRef": {"resource": "leases", "namespace": "kube-node-lease"},
+                "requestReceivedTimestamp": stamp, "stageTimestamp": stamp}  # fmt: skip
+
+    # 30 Leases in 1.5 s from 10 s, then 5 spread from 20 s: one burst.
+    burst = [renewal(10 + 0.05 * i) for i in range(30)]
+    spread = [renewal(20.0 + 2 * i) for i in range(5)]
+    # The same pace from someone else's client is not kwok's.
+    other = [renewal(40 + 0.05 * i, agent="kubelet/v1.34") for i in range(BURST_LEAST)]
+    epoch0 = 1767225600.0  # 2026-01-01T00:00:00Z
+    work = [w for w in from_audit(burst + spread + other, offset=epoch0) if w.kind == KWOK_BURST]
+    assert [(round(w.start, 2), round(w.end, 2)) for w in work] == [(10.0, 11.45)]
+    # One write short of a burst is none.
+    short = from_audit(burst[: BURST_LEAST - 1], offset=epoch0)
+    assert [w for w in short if w.kind == KWOK_BURST] == []
 
 
 def test_the_raw_timeline_counts_from_the_first_creation() -> None:
