@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -25,14 +24,12 @@ from localplane.components import (
     Settings,
 )
 from localplane.nodes import node_ready
-from localplane.plane import NODE_LEASE_DURATION_S
 from localplane.waiting import wait_for
 from vnpu_agent.config import AgentSettings
 from vnpu_common import names
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CHIPS = {"910B3": 4, "310P3": 4}
-BATCH_EVERY_S = 0.5  # nodes paced over a period: a batch this often
 
 
 @dataclass
@@ -145,30 +142,16 @@ class Cluster:
         for ns in ("bench", "bench-floor"):
             self.plane.kubectl("create", "namespace", ns)
 
-    def add_nodes(self, names_: list[str], spread_s: float = NODE_LEASE_DURATION_S / 4) -> None:
-        """Creates the nodes in batches paced over `spread_s` (one node Lease
-        renewal period by default), then waits until all are Ready."""
-        # Paced, because kwok renews a node's Lease one period after its last
-        # renewal: nodes created at once renewed at once, all 200 Leases
-        # within 2 to 3 s every 10 s (60 to 90 writes a second), a burst that
-        # kubelets started apart never make and that held the churn's slowest
-        # pods (2026-11-28). One `kubectl create` of a List per batch, five at
-        # a time: kubectl posts a List's items one by one, so 1000 nodes in
-        # sequence took 39 s of round trips, and 19 s so (2 cores, 2026-11-23).
-        slots = max(1, round(spread_s / BATCH_EVERY_S))
-        size = max(1, min(50, math.ceil(len(names_) / slots)))
+    def add_nodes(self, names_: list[str]) -> None:
+        # One `kubectl create` of a List per 50 nodes, five at a time: kubectl
+        # posts a List's items one by one, so 1000 nodes in sequence took 39 s
+        # of round trips, and 19 s so (2 cores, 2026-11-23).
         batches = [
-            [NodeSpec(name=n, chips=CHIPS) for n in names_[i : i + size]]
-            for i in range(0, len(names_), size)
+            [NodeSpec(name=n, chips=CHIPS) for n in names_[i : i + 50]]
+            for i in range(0, len(names_), 50)
         ]
-        t0 = time.monotonic()
-
-        def create(i: int) -> None:
-            time.sleep(max(0.0, t0 + i * spread_s / len(batches) - time.monotonic()))
-            self.plane.add_nodes(batches[i], wait=False)
-
         with ThreadPoolExecutor(5) as pool:
-            list(pool.map(create, range(len(batches))))
+            list(pool.map(lambda batch: self.plane.add_nodes(batch, wait=False), batches))
         # One LIST every 2 s, not `kubectl wait`: that reads its nodes one at
         # a time, and at 1000 nodes reported them Ready 195 s after creation
         # although a LIST showed every one Ready within about 30 s.
@@ -191,7 +174,7 @@ class Cluster:
         """An agent serving one throwaway node: the base the per-node cost
         of the real agents is measured over."""
         node = "bn-base"
-        self.add_nodes([node], spread_s=0)
+        self.add_nodes([node])
         base = self._agent("agent-base", [node], "agent-base").start(ready_timeout=120)
         wait_for("base VNPUNode", lambda: self.get("vnpunode", node), timeout=60)
         time.sleep(3)

@@ -80,9 +80,6 @@ def run_build_script(
 # Which Kubernetes lane a plane runs when none is named: "1.34" for the older lane of
 # hack/plane/versions.env (K8S_LEGACY_VERSION), unset or the main lane's for K8S_VERSION.
 LANE_ENV = "VNPU_K8S_LANE"
-# kwok's node Leases: this long, each renewed a quarter of it after its last
-# renewal (with 4% jitter), as kubelets do.
-NODE_LEASE_DURATION_S = 40
 
 
 def _minor(version: str) -> str:
@@ -607,7 +604,7 @@ class LocalPlane:
                 # then written rarely. Without them kwok heartbeats every node's status
                 # often enough to load the API server, yet under load not often enough
                 # for the controller-manager, which marks nodes NotReady and taints them.
-                f"--node-lease-duration-seconds={NODE_LEASE_DURATION_S}",
+                "--node-lease-duration-seconds=40",
                 f"--server-address=127.0.0.1:{self.ports.kwok}",
                 f"--config={REPO_ROOT / 'hack' / 'plane' / 'kwok-stages.yaml'}",
             ],
