@@ -45,14 +45,6 @@ class Spec:
     final: bool
 
 
-@dataclass(frozen=True)
-class Vnpu:
-    node: str
-    chip: int
-    id: int
-    template: str
-
-
 def take(spec: Spec) -> dict[str, int]:
     """The snapshot, here and now."""
     return tally(list_allocations(spec.kubectl), read_simulators(spec), spec.nodes, spec.final)
@@ -113,14 +105,14 @@ def tally(
         ids[(spec["nodeName"], int(spec["vnpuId"]))] += 1
         per_chip[(spec["nodeName"], int(spec["chip"]))].append(spec["template"])
     models: dict[tuple[str, int], str] = {}
-    vnpus: list[Vnpu] = []
+    sim_ids: set[tuple[str, int]] = set()
+    sim_chips: dict[tuple[str, int], list[str]] = defaultdict(list)
     for node, state in sims.items():
         for chip in state.chips:
             models[(node, chip.index)] = chip.model
-        vnpus += [Vnpu(node, v.chip, v.id, v.template) for v in state.vnpus.values()]
-    sim_chips: dict[tuple[str, int], list[str]] = defaultdict(list)
-    for v in vnpus:
-        sim_chips[(v.node, v.chip)].append(v.template)
+        for v in state.vnpus.values():
+            sim_ids.add((node, v.id))
+            sim_chips[(node, v.chip)].append(v.template)
     out = {
         "double_booked_ids": sum(1 for n in ids.values() if n > 1),
         "over_capacity_chips_allocations": sum(
@@ -131,7 +123,7 @@ def tally(
         ),
     }
     if final:
-        out["leaked_vnpus"] = len({(v.node, v.id) for v in vnpus} - set(ids))
+        out["leaked_vnpus"] = len(sim_ids - set(ids))
         out["leftover_allocations"] = len(mine)
     return out
 

@@ -109,13 +109,16 @@ def bursts(kind: str, spans: Sequence[tuple[float, float]]) -> list[Work]:
     at least BURST_LEAST, as one Work of `kind` from its first start to its
     last end."""
     out: list[Work] = []
-    run: list[tuple[float, float]] = []
-    for span in [*spans, (float("inf"), float("inf"))]:
-        if run and span[0] - max(b for _, b in run) >= BURST_GAP:
-            if len(run) >= BURST_LEAST:
-                out.append(Work(kind, run[0][0], max(b for _, b in run)))
-            run = []
-        run.append(span)
+    first, end, count = 0.0, float("-inf"), 0
+    for start, stop in [*spans, (float("inf"), float("inf"))]:
+        if count and start - end >= BURST_GAP:
+            if count >= BURST_LEAST:
+                out.append(Work(kind, first, end))
+            count = 0
+        if not count:
+            first, end = start, stop
+        end = max(end, stop)
+        count += 1
     return out
 
 
