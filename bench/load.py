@@ -109,6 +109,7 @@ class Tracker(StampedWatch):
         self.early_ungated: dict[str, float] = {}
         self.early_gone: dict[str, float] = {}
         self.changed = asyncio.Event()
+        self.stop_waiters: dict[str, asyncio.Future[None]] = {}
 
     def add(self, pod: PodTimes) -> None:
         self.pods[pod.name] = pod
@@ -140,7 +141,26 @@ class Tracker(StampedWatch):
                     pod.scheduled = now
                 if pod.running is None and (obj.get("status") or {}).get("phase") == "Running":
                     pod.running = now
+        if kind == "DELETED" or (pod is not None and pod.stopped is not None):
+            waiter = self.stop_waiters.pop(name, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
         self.changed.set()
+
+    async def stopped(self, pod: PodTimes, timeout: float) -> bool:  # noqa: ASYNC109
+        """Whether the watch showed `pod`'s containers stopped (or the pod
+        gone) within `timeout` seconds."""
+        if pod.stopped is not None or pod.gone is not None:
+            return True
+        waiter = self.stop_waiters.get(pod.name)
+        if waiter is None:
+            waiter = self.stop_waiters[pod.name] = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            self.stop_waiters.pop(pod.name, None)
+            return False
+        return True
 
 
 def steps(pod: PodTimes, obj: dict[str, Any], now: float) -> None:
@@ -171,6 +191,7 @@ class Driver:
     limit: asyncio.Semaphore
     floor: FloorWriter | None = None
     plain: bool = False  # baseline: pods that ask for no vNPU
+    stop_timeout: float = 120.0  # the floor's longest wait for the kubelet's word
     errors: list[str] = field(default_factory=list)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -216,6 +237,14 @@ class Driver:
             self.errors.append(f"delete {pod.name}: {describe(exc)}")
             return
         if self.floor is not None:
+            # The operator may release only once the kubelet says no container
+            # runs (DECISIONS, "Releasing vNPUs"); a floor that released at the
+            # delete would skip a wait every correct release has.
+            if not await self.tracker.stopped(pod, self.stop_timeout):
+                self.errors.append(
+                    f"delete {pod.name}: containers not stopped in {self.stop_timeout:g}s; "
+                    "released anyway"
+                )
             await self.floor.release(pod)
 
     async def drain(self) -> None:
@@ -226,8 +255,9 @@ class Driver:
 class FloorWriter:
     """Per pod exactly the writes of a placement and a release, no logic:
     create the allocations, set their status, one pod patch (ungate, pin,
-    annotate); on delete: delete the allocations, remove their finalizer,
-    remove the pod finalizer."""
+    annotate); on delete, once the watch shows the containers stopped (the
+    Driver waits, as the operator must): delete the allocations, remove
+    their finalizer, remove the pod finalizer."""
 
     def __init__(self, api: client.ApiClient, namespace: str, nodes: list[str]) -> None:
         self.custom = client.CustomObjectsApi(api)

@@ -36,6 +36,7 @@ def tracker() -> Tracker:
     t.early_ungated = {}
     t.early_gone = {}
     t.changed = asyncio.Event()
+    t.stop_waiters = {}
     return t
 
 
