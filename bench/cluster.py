@@ -52,6 +52,28 @@ def proc_stats(pid: int) -> ProcStats:
     return ProcStats(cpu, kb.get("VmHWM", 0) / 1024, kb.get("VmRSS", 0) / 1024)
 
 
+@dataclass(frozen=True)
+class MachineCpu:
+    """The whole machine's CPU seconds so far, all cores together."""
+
+    busy: float  # user, nice, system, irq, softirq
+    idle: float  # idle, iowait
+    steal: float  # the hypervisor ran someone else on our cores
+
+
+def machine_cpu(stat: str | None = None) -> MachineCpu:
+    """From /proc/stat's first line (`stat`: its text, for tests). Steal
+    slows every process alike, so a phase that ran with more of it than the
+    phase it is compared with ran on a slower machine."""
+    text = stat if stat is not None else Path("/proc/stat").read_text()
+    user, nice, system, idle, iowait, irq, softirq, steal = (
+        int(x) for x in text.splitlines()[0].split()[1:9]
+    )
+    return MachineCpu(
+        (user + nice + system + irq + softirq) / CLK_TCK, (idle + iowait) / CLK_TCK, steal / CLK_TCK
+    )
+
+
 def worker_threads_cpu(pid: int) -> float:
     """CPU seconds of a process's threads other than its main one. In an
     agent these run the driver calls (`asyncio.to_thread` in NodeAgent._drv

@@ -203,6 +203,33 @@ def cores_busy(churn: dict[str, Any]) -> float:
     return float(sum(cpu.values())) / max(churn.get("duration_s") or 0, 1e-9)
 
 
+def churn_machine_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    """The machine through each churn, ours / floor: how busy its cores
+    were, how much time the hypervisor took, and the API server's CPU per
+    pod. The two churns run minutes apart, and a machine that slowed
+    between them moves the ratios above; nothing for runs without both."""
+    ours, floor = r.get("churn") or {}, (r.get("floor") or {}).get("churn") or {}
+    mo, mf = ours.get("machine"), floor.get("machine")
+    if not mo or not mf:
+        return []
+
+    def pct(m: dict[str, float], key: str) -> str:
+        return f"{100 * m[key]:.1f}%"
+
+    rows = [
+        ("  the churn's machine, ours / floor",
+         f"cores busy {pct(mo, 'busy')} / {pct(mf, 'busy')}, "
+         f"stolen {pct(mo, 'steal')} / {pct(mf, 'steal')}"),
+    ]  # fmt: skip
+    pods = int((r.get("config") or {}).get("pods") or 0)
+    api_o = (ours.get("cpu_seconds") or {}).get("kube-apiserver")
+    api_f = (floor.get("cpu_seconds") or {}).get("kube-apiserver")
+    if pods and api_o is not None and api_f is not None:
+        rows.append(("  API server CPU ms per pod in the churn, ours / floor",
+                     f"{1000 * api_o / pods:.1f} / {1000 * api_f / pods:.1f}"))  # fmt: skip
+    return rows
+
+
 def burst_cpu_rows(burst: dict[str, Any]) -> list[tuple[str, str]]:
     """Cores busy through each burst, then each process's CPU ms per burst
     pod, ours / floor, largest first (the floor's writer runs inside the
@@ -334,7 +361,7 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
         )
         row("  ratio ours/floor p50, p99", f"{fmt(r['ratios'][key + '_p50'], 'x')}  "
             f"{fmt(r['ratios'][key + '_p99'], 'x')}")  # fmt: skip
-    for label, value in churn_apiserver_rows(r):
+    for label, value in churn_machine_rows(r) + churn_apiserver_rows(r):
         row(label, value)
     if "burst" not in r:
         # A churn-only run (bench.scale's sizes): no fill, no writes table.

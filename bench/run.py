@@ -42,8 +42,10 @@ from bench import apiprofile, floors, load, release, report, snapshot, stacks, s
 from bench.allocclock import AllocationClock, reuse_delays
 from bench.cluster import (
     Cluster,
+    MachineCpu,
     ProcStats,
     agent_setting,
+    machine_cpu,
     proc_stats,
     stats,
     worker_threads_cpu,
@@ -128,20 +130,36 @@ def driver_cpu(cluster: Cluster) -> dict[str, float]:
 
 class CpuWindow:
     """CPU seconds each benchmark-started process spent from `start()` until
-    `stop()`, and the window's length: what a phase cost, and whom."""
+    `stop()`, the window's length, and the whole machine's time over it
+    (`machine_share`): what a phase cost, whom, and on how fast a machine."""
 
     def __init__(self, cluster: Cluster) -> None:
         self._cluster = cluster
         self._start: dict[str, float] = {}
         self._t0 = 0.0
+        self._machine = MachineCpu(0.0, 0.0, 0.0)
 
     def start(self) -> None:
         self._start, self._t0 = cpu_by_process(self._cluster), time.monotonic()
+        self._machine = machine_cpu()
 
     def stop(self) -> dict[str, Any]:
         end, window = cpu_by_process(self._cluster), time.monotonic() - self._t0
         spent = {k: round(v - self._start.get(k, 0.0), 2) for k, v in end.items()}
-        return {"window_s": window, "cpu_seconds": spent}
+        return {
+            "window_s": window,
+            "cpu_seconds": spent,
+            "machine": machine_share(self._machine, machine_cpu()),
+        }
+
+
+def machine_share(before: MachineCpu, after: MachineCpu) -> dict[str, float]:
+    """Shares of the machine's time between two readings: busy, idle and
+    stolen by the hypervisor."""
+    busy, idle = after.busy - before.busy, after.idle - before.idle
+    steal = after.steal - before.steal
+    total = max(busy + idle + steal, 1e-9)
+    return {"busy": busy / total, "idle": idle / total, "steal": steal / total}
 
 
 def ratio(a: Any, b: Any) -> float | None:
@@ -300,6 +318,7 @@ async def churn_phase(run: Run) -> Churned:
         "our_events": await report.events_by_reason(core, "bench"),
         "cpu_seconds": spent["cpu_seconds"],
         "cpu_window_s": cpu_window,
+        "machine": spent["machine"],
         "driver_cpu_seconds": {k: round(v - drv_start.get(k, 0), 2) for k, v in drv_end.items()},
         "webhook_calls_per_pod": {
             k: v / max(1, len(pods)) for k, v in sorted((hooks1 - hooks0).items())
@@ -723,7 +742,10 @@ async def floor_replay(
         fdriver = load.Driver(core, "bench-floor", ftracker, limit, floor=writer)
         fpods = load.mix_pods("c", args.pods)
         profiler = start_profile(cluster, args, "floor-churn")
+        churn_cpu = CpuWindow(cluster)
+        churn_cpu.start()
         fchurn_s = await load.churn(fdriver, fpods, args.rate, args.hold, args.timeout)
+        churn_spent = churn_cpu.stop()
         profiled = await read_profile(cluster, profiler) if profiler else None
         fung = [x for p in fpods if (x := p.ungate_latency()) is not None]
         fgone = [x for p in fpods if (x := p.gone_latency()) is not None]
@@ -742,7 +764,8 @@ async def floor_replay(
         await fapi.close()
     result = {
         "churn": {"duration_s": fchurn_s, "ungate": report.summary(fung),
-                  "gone": report.summary(fgone)},
+                  "gone": report.summary(fgone), "cpu_seconds": churn_spent["cpu_seconds"],
+                  "machine": churn_spent["machine"]},
         "errors": (fdriver.errors + writer.errors)[:20],
     }  # fmt: skip
     if profiled is not None:
