@@ -109,11 +109,6 @@ class NodePublisher:
         task = asyncio.get_running_loop().create_task(self.publish(), name=self.node)
         task.add_done_callback(_log_publish_error)
 
-    async def landed(self) -> None:
-        """Returns once any write begun before the call has landed."""
-        async with self._lock:
-            pass
-
     async def publish(self) -> None:
         # One write at a time: its answer is what later events compare with.
         async with self._lock:

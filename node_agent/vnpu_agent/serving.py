@@ -438,16 +438,13 @@ class AllocationServer:
             self.publisher.mark_dirty()
         self.view.disowned(spec.vnpu_id)
         cdi.remove(self.settings.cdi_dir, self.node, spec.vnpu_id)
-        return functools.partial(self._remove_finalizer, rec, destroyed=ours)
+        return functools.partial(self._remove_finalizer, rec)
 
-    async def _remove_finalizer(self, rec: AllocationRecord, *, destroyed: bool) -> None:
-        if destroyed:
-            # A VNPUNode write in flight may carry a status built before this
-            # destroy. Landing after the finalizer's removal it would list the
-            # vNPU as present after its allocation went, and the operator would
-            # count it again until our next write. So the finalizer goes once
-            # any write begun before the destroy has landed.
-            await self.publisher.landed()
+    async def _remove_finalizer(self, rec: AllocationRecord) -> None:
+        # A VNPUNode write in flight may still list the vNPU under this
+        # allocation and land after the finalizer's removal: the operator reads
+        # a vNPU listed under a gone allocation's name as destroyed, so the
+        # removal need not wait for it (DECISIONS, "Node agent").
         await failpoint("before-finalizer")
         await self.api.remove_finalizer(rec.obj)
         self._deferred_noted.discard(rec.key)

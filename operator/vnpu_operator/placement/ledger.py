@@ -16,8 +16,7 @@ import bisect
 import itertools
 import logging
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import replace
-from typing import Final
+from dataclasses import dataclass, replace
 
 from vnpu_common.api.models import TemplateResources
 from vnpu_operator.placement.candidates import CandidateIndex
@@ -51,9 +50,16 @@ from vnpu_operator.placement.scoring import Rank
 log = logging.getLogger(__name__)
 
 
-# The deletion version of a vNPU taken as destroyed from the name an inventory
-# gives its gone owner (Ledger.seed_released), not from a deletion seen.
-_SEEDED: Final = -1
+@dataclass(frozen=True)
+class _Destroyed:
+    """A vNPU taken as destroyed while its node's inventory may still list it.
+    `owner`: its allocation's key, the name an inventory built before the
+    destroy gives it. `version`: the deletion's resourceVersion; None when
+    taken from the gone owner an inventory named (Ledger.seed_released)."""
+
+    owner: str
+    version: int | None
+    seeded: bool = False
 
 
 class Ledger:
@@ -65,9 +71,9 @@ class Ledger:
         self._by_pod: dict[str, set[str]] = {}
         self._by_node: dict[str, set[str]] = {}
         self._catalog = CatalogIndex()
-        # node -> (chip, id, template) -> deletion resourceVersion of vNPUs
-        # destroyed since the node's inventory last showed it.
-        self._destroyed: dict[str, dict[tuple[int, int, str], int | None]] = {}
+        # node -> (chip, id, template) -> vNPUs destroyed since the node's
+        # inventory last showed them.
+        self._destroyed: dict[str, dict[tuple[int, int, str], _Destroyed]] = {}
         # Moves whenever the offered (chip model, template) pairs or what
         # they take change; most inventory updates change capacity, not the
         # offer, and most new nodes offer what others do.
@@ -121,7 +127,7 @@ class Ledger:
         operator, `kubectl vnpu`) would count it as an orphan until then."""
         for name, inventory in self._nodes.items():
             released = {
-                (chip.index, vnpu.id, vnpu.template): _SEEDED
+                (chip.index, vnpu.id, vnpu.template): _Destroyed(vnpu.allocation, None, seeded=True)
                 for chip in inventory.status.chips
                 for vnpu in chip.vnpus
                 if vnpu.allocation and vnpu.allocation not in self._allocs
@@ -250,15 +256,20 @@ class Ledger:
             self._unindex(old)
             if destroyed:
                 vnpu = (old.chip, old.vnpu_id, old.template)
-                self._destroyed.setdefault(old.node, {})[vnpu] = version
+                self._destroyed.setdefault(old.node, {})[vnpu] = _Destroyed(key, version)
         return old
 
     def _forget_destroyed(self, inventory: NodeInventory, version: int | None) -> None:
         """A destroyed vNPU is forgotten once an inventory no longer lists it,
-        or lists it although published after the destroy: then it exists after
-        all (made again by hand, say) and holds capacity again. One taken as
-        destroyed from its gone owner's name (seed_released) is forgotten once
-        listed as nobody's."""
+        or lists it as nobody's (or another's) although published after the
+        destroy: then it exists after all (its finalizer removed by hand before
+        the destroy, or made again by hand) and holds capacity again. Listed
+        under its gone allocation's name, it is a status built before the
+        destroy that landed after it (the agent lists a vNPU under an
+        allocation only while that allocation stands), so it stays destroyed:
+        the agent need not hold the finalizer's removal until its node's
+        writes in flight have landed. One taken as destroyed from its gone
+        owner's name (seed_released) is forgotten once listed as nobody's."""
         destroyed = self._destroyed.get(inventory.name)
         if not destroyed:
             return
@@ -268,14 +279,19 @@ class Ledger:
             for c in inventory.status.chips
             for v in c.vnpus
         }
-        for vnpu, deleted_at in list(destroyed.items()):
-            if deleted_at == _SEEDED:
+        for vnpu, record in list(destroyed.items()):
+            owner = listed.get(vnpu)
+            if owner is None:
+                gone = True
+            elif record.seeded:
                 # Listed as nobody's now: the agent saw it after its allocation
                 # went (a finalizer removed by hand before the destroy): it exists.
-                gone = vnpu not in listed or not listed[vnpu]
+                gone = not owner
             else:
-                newer = version is not None and deleted_at is not None and version > deleted_at
-                gone = vnpu not in listed or newer
+                newer = (
+                    version is not None and record.version is not None and version > record.version
+                )
+                gone = newer and owner != record.owner
             if gone:
                 del destroyed[vnpu]
         if not destroyed:

@@ -455,6 +455,29 @@ def test_a_destroyed_vnpu_listed_by_a_newer_inventory_exists_after_all() -> None
     assert ledger.capacity("n1")[0].orphans == 1
 
 
+def test_a_newer_inventory_listing_it_under_its_gone_allocation_is_a_stale_status() -> None:
+    """The agent's VNPUNode write in flight while it destroyed the vNPU lists it
+    under its allocation and lands after the allocation's deletion; the agent
+    lists a vNPU under an allocation only while that allocation stands, so
+    the vNPU stays destroyed. Listed as nobody's later, it exists after all."""
+    ledger, allocs, _ = _full_chip_and_its_inventory()
+    owners = [a.key for a in allocs]
+    ledger.remove_allocation(allocs[0].key, destroyed=True, version=50)
+    stale = chip("910B3", 0, vnpus=[(a.vnpu_id, a.template) for a in allocs], owners=owners)
+    ledger.upsert_node(node("n1", [stale]), version=60)
+    assert ledger.capacity("n1")[0].orphans == 0
+    again = placed(ledger.place(request("late"), Policy.BINPACK))
+    assert again.allocations[0].vnpu_id == allocs[0].vnpu_id
+    ledger.remove_allocation(again.allocations[0].key)
+    # Its finalizer was removed before any destroy after all: the agent lists it as nobody's.
+    nobodys = chip(
+        "910B3", 0, vnpus=[(a.vnpu_id, a.template) for a in allocs], owners=["", *owners[1:]]
+    )
+    ledger.upsert_node(node("n1", [nobodys]), version=70)
+    assert ledger.capacity("n1")[0].orphans == 1
+    assert isinstance(ledger.place(request("late"), Policy.BINPACK), NoFit)
+
+
 def test_a_restarted_ledger_takes_a_vnpu_listed_as_a_gone_allocations_as_destroyed() -> None:
     """The agent writes the node's status at leisure after a release: a ledger without
     memory of the deletion (a restart, kubectl vnpu) reads the name the inventory gives
