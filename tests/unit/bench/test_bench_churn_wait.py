@@ -6,7 +6,8 @@ import asyncio
 import time
 from typing import Any, cast
 
-from bench.load import Driver, PodTimes, Tracker, churn
+from bench.load import Driver, PodTimes, churn
+from tests.unit.bench.bench_helpers import bare_tracker
 
 
 class RefusingDriver(Driver):
@@ -29,21 +30,10 @@ class RefusingDriver(Driver):
         self.tracker.stamp("DELETED", {"metadata": {"name": pod.name}}, time.monotonic())
 
 
-def tracker() -> Tracker:
-    t = Tracker.__new__(Tracker)
-    t.gate = "g"
-    t.pods = {}
-    t.early_ungated = {}
-    t.early_gone = {}
-    t.changed = asyncio.Event()
-    t.stop_waiters = {}
-    return t
-
-
 async def test_a_refused_create_does_not_hold_the_churn_to_its_timeout() -> None:
     pods = [PodTimes(f"c-{i}", "t", 1) for i in range(6)]
     d = RefusingDriver(
-        core=cast(Any, None), namespace="ns", tracker=tracker(), limit=asyncio.Semaphore(8)
+        core=cast(Any, None), namespace="ns", tracker=bare_tracker(), limit=asyncio.Semaphore(8)
     )
     d.refuse = frozenset({"c-2"})
     said: list[str] = []
@@ -60,7 +50,9 @@ async def test_the_churn_still_waits_for_an_accepted_pod_that_is_not_gone() -> N
         async def delete(self, pod: PodTimes) -> None:
             pod.delete_called = time.monotonic()  # never gone: a finalizer stays
 
-    d = Stuck(core=cast(Any, None), namespace="ns", tracker=tracker(), limit=asyncio.Semaphore(8))
+    d = Stuck(
+        core=cast(Any, None), namespace="ns", tracker=bare_tracker(), limit=asyncio.Semaphore(8)
+    )
     took = await churn(d, pods, rate=100.0, hold=0.01, settle_timeout=1.5)
     assert took >= 1.5
     assert all(p.gone is None for p in pods)

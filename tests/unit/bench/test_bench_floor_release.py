@@ -9,6 +9,7 @@ import time
 from typing import Any, cast
 
 from bench.load import Driver, FloorWriter, PodTimes, Tracker
+from tests.unit.bench.bench_helpers import bare_tracker
 
 
 class Response:
@@ -34,17 +35,6 @@ class Floor:
         self.released.append((pod.name, time.monotonic()))
 
 
-def tracker() -> Tracker:
-    t = Tracker.__new__(Tracker)
-    t.gate = "g"
-    t.pods = {}
-    t.early_ungated = {}
-    t.early_gone = {}
-    t.changed = asyncio.Event()
-    t.stop_waiters = {}
-    return t
-
-
 def driver(t: Tracker, floor: Floor, stop_timeout: float = 30.0) -> Driver:
     return Driver(
         core=cast(Any, Core()),
@@ -65,7 +55,7 @@ def deleting(name: str, **meta: Any) -> dict[str, Any]:
 
 
 async def test_the_floor_releases_only_after_the_kubelet_stopped_the_containers() -> None:
-    t, floor = tracker(), Floor()
+    t, floor = bare_tracker(), Floor()
     pod = PodTimes("f-1", "t", 1)
     t.add(pod)
     d = driver(t, floor)
@@ -84,7 +74,7 @@ async def test_the_floor_releases_only_after_the_kubelet_stopped_the_containers(
 
 
 async def test_a_pod_already_shown_stopped_or_gone_is_released_at_once() -> None:
-    t, floor = tracker(), Floor()
+    t, floor = bare_tracker(), Floor()
     stopped, gone = PodTimes("f-1", "t", 1), PodTimes("f-2", "t", 1)
     t.add(stopped)
     t.add(gone)
@@ -96,7 +86,7 @@ async def test_a_pod_already_shown_stopped_or_gone_is_released_at_once() -> None
 
 
 async def test_a_kubelet_that_never_answers_costs_the_timeout_and_an_error() -> None:
-    t, floor = tracker(), Floor()
+    t, floor = bare_tracker(), Floor()
     pod = PodTimes("f-1", "t", 1)
     t.add(pod)
     d = driver(t, floor, stop_timeout=0.2)
