@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -153,11 +154,45 @@ def find_binaries(lane: str | None = None) -> Path:
     return bins
 
 
-def free_port() -> int:
+# Ports handed out by this process: a component stopped for a while (the
+# operator between a SIGKILL and its restart) must find its port free again.
+_HANDED_OUT: set[int] = set()
+_LOWEST_PORT = 10000
+
+
+def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The first port the kernel may give an outgoing connection."""
+    try:
+        return int(Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(rng: random.Random | None = None, low: int | None = None) -> int:
+    """A port nothing listens on, below the ephemeral range where the room
+    allows: a port from that range (the kernel's choice for a bind to port 0)
+    can be taken by any client's outgoing connection while its component is
+    down, and the operator restarted after a SIGKILL then failed to bind its
+    webhook port ("address already in use")."""
+    top = (ephemeral_low() if low is None else low) - 1
+    pick = rng or random.SystemRandom()
+    if top - _LOWEST_PORT >= 1000:
+        for _ in range(100):
+            port = pick.randint(_LOWEST_PORT, top)
+            if port in _HANDED_OUT:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _HANDED_OUT.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+    _HANDED_OUT.add(chosen)
+    return chosen
 
 
 def _die_with_parent() -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import random
+import socket
+from pathlib import Path
+
 import pytest
 from cryptography import x509
 
 from localplane.nodes import NodeSpec, format_chips, node_manifest, parse_chips
+from localplane.plane import ephemeral_low, free_port
 from vnpu_common import certs, names
 
 
@@ -40,3 +45,46 @@ def test_issued_certificate_chains_to_ca_with_sans() -> None:
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.DNSName) == ["svc.ns.svc"]
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+
+
+class _Sequence(random.Random):
+    """Answers randint from a fixed list: the ports free_port tries in turn."""
+
+    def __init__(self, ports: list[int]) -> None:
+        super().__init__(0)
+        self.ports = ports
+
+    def randint(self, a: int, b: int) -> int:
+        port = self.ports.pop(0)
+        assert a <= port <= b
+        return port
+
+
+def test_free_port_stays_below_the_ephemeral_range_and_never_repeats() -> None:
+    got = [free_port(low=32768) for _ in range(50)]
+    assert all(10000 <= p < 32768 for p in got), got
+    assert len(set(got)) == len(got)
+
+
+def test_free_port_skips_a_port_something_listens_on() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        busy = held.getsockname()[1]
+        other = 10000 + (busy + 7) % 20000
+        got = free_port(_Sequence([busy, other]), low=max(busy, other) + 1)
+    assert got == other
+
+
+def test_free_port_takes_the_kernels_choice_without_room_below_the_range() -> None:
+    port = free_port(low=10500)
+    assert port >= ephemeral_low()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", port))  # it was free
+
+
+def test_ephemeral_low_reads_the_kernels_range(tmp_path: Path) -> None:
+    f = tmp_path / "range"
+    f.write_text("40000\t60999\n")
+    assert ephemeral_low(str(f)) == 40000
+    assert ephemeral_low(str(tmp_path / "missing")) == 32768
