@@ -118,6 +118,9 @@ REASON_API_ERROR: Final = "APIError"
 REASON_PREEMPTING: Final = "Preempting"
 REASON_PREEMPTION_BLOCKED: Final = "PreemptionBlocked"
 REASON_PREEMPTED: Final = "Preempted"
+# Its vNPUs are ready, but the node is full in kube-scheduler's sum until pods
+# leaving it are deleted (vnpu_operator.leaving): it stays gated until then.
+REASON_WAITING_FOR_LEAVING: Final = "WaitingForLeavingPods"
 POD_EVENT_REASONS: Final = (
     REASON_VNPUS_READY,
     REASON_WAITING,
@@ -134,6 +137,7 @@ POD_EVENT_REASONS: Final = (
     REASON_PREEMPTING,
     REASON_PREEMPTION_BLOCKED,
     REASON_PREEMPTED,
+    REASON_WAITING_FOR_LEAVING,
 )
 # On allocations, by the agent (Events and the Ready/Healthy conditions);
 # driver failures add the reason of their error class (DriverError.reason).

@@ -35,6 +35,7 @@ from vnpu_operator.advertise import Advertiser
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.inventories import Inventories
 from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.leaving import Leaving
 from vnpu_operator.lifecycle import (
     AllocView,
     Step,
@@ -88,6 +89,7 @@ class Controller:
         preemption: Preemption,
         placer: Placer,
         pinner: Pinner,
+        leaving: Leaving,
         pods: dict[str, Raw],
         allocs: dict[str, Raw],
         states: dict[str, PodState],
@@ -111,6 +113,7 @@ class Controller:
         self.preemption = preemption
         self.placer = placer
         self.pinner = pinner
+        self.leaving = leaving
         self.pods = pods
         self.allocs = allocs
         self.states = states
@@ -222,6 +225,7 @@ class Controller:
             self.expect.seen(Write.UNGATE, uid)
             self.expect.seen(Write.UNFINALIZE, uid)
             self.preemption.forget(uid)
+            freed = self.leaving.pod_event(uid, None)
         else:
             pod = slim_pod(obj)
             if uid not in self.pods:
@@ -233,6 +237,9 @@ class Controller:
                 self.expect.seen(Write.UNGATE, uid)
             if not has_finalizer(pod):
                 self.expect.seen(Write.UNFINALIZE, uid)
+            freed = self.leaving.pod_event(uid, pod)
+        for held in sorted(freed):
+            self.kick(held)
         self.kick(uid)
 
     def allocation_seen(self, obj: Raw) -> None:

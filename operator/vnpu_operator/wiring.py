@@ -19,6 +19,7 @@ from vnpu_operator.dra.claims import ClaimController
 from vnpu_operator.inventories import Inventories
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leader import Leadership
+from vnpu_operator.leaving import Leaving
 from vnpu_operator.metrics import OperatorMetrics, StateView
 from vnpu_operator.notices import Notices
 from vnpu_operator.placement import Ledger
@@ -104,12 +105,15 @@ def build_controller(
         api, notices, ledger, expect, settings, metrics, preemption,
         stopped_waiting=waiting_line.stop, started_waiting=waiting_line.enter,
     )  # fmt: skip
-    pinner = Pinner(api, notices, ledger, expect, metrics, labels=inventories.labels, clock=clock)
+    leaving = Leaving(pods, ledger, inventories.nodes)
+    pinner = Pinner(
+        api, notices, ledger, expect, metrics, leaving, labels=inventories.labels, clock=clock
+    )
     controller = Controller(
         api, settings, metrics,
         ledger=ledger, notices=notices, expect=expect, inventories=inventories,
         advertiser=advertiser, quotas=QuotaBook(), waiting_line=waiting_line,
-        preemption=preemption, placer=placer, pinner=pinner,
+        preemption=preemption, placer=placer, pinner=pinner, leaving=leaving,
         pods=pods, allocs=allocs, states=states, clock=clock,
     )  # fmt: skip
 

@@ -144,6 +144,15 @@ def still_waits(plane: LocalPlane, namespace: str, name: str, seconds: float = 3
         time.sleep(0.3)
 
 
+def stays_gated(plane: LocalPlane, namespace: str, name: str, seconds: float = 3.0) -> None:
+    """Gated for `seconds`, whatever it holds."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        p = get_json(plane, "pod", "-n", namespace, name)
+        assert p["spec"].get("schedulingGates"), f"{name} was ungated"
+        time.sleep(0.3)
+
+
 def cleanup(plane: LocalPlane, namespace: str) -> None:
     plane.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=true", timeout=120)
 
@@ -200,6 +209,61 @@ def test_a_higher_priority_pod_evicts_exactly_what_it_needs_and_its_room_is_held
     metrics = stack.operator.metrics()
     assert 'vnpu_operator_preemption_attempts_total{result="evicted"} 1.0' in metrics
     assert "vnpu_operator_preemption_victims_total 1.0" in metrics
+    cleanup(plane, namespace)
+
+
+HOLD = "test.vnpu.io/hold"  # a finalizer of someone else's: the pod object outlives its vNPUs
+
+
+def unhold(plane: LocalPlane, namespace: str, name: str) -> None:
+    plane.kubectl(
+        "patch", "pod", "-n", namespace, name, "--type=json",
+        "-p", json.dumps([{"op": "remove", "path": "/metadata/finalizers/0"}]), check=False,
+    )  # fmt: skip
+
+
+def test_a_preemptor_stays_gated_while_its_victims_object_is_still_counted(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    """kube-scheduler counts a pod's vNPU requests on its node until the pod
+    object is gone or terminal, not until its vNPUs are. A victim whose object
+    outlives its vNPUs (here another finalizer holds it; in life a slow
+    kubelet or a slow finalizer write) keeps the preemptor gated, its vNPU
+    ready: ungated, it would find the node full, and kube-scheduler would
+    run a preemption of its own, evicting a second pod and writing a
+    nominatedNodeName that outlives the binding (Kubernetes 1.34)."""
+    for i in range(4):
+        create(plane, pod(namespace, f"low{i}", LOW, app="low"))
+        plane.kubectl(
+            "patch", "pod", "-n", namespace, f"low{i}", "--type=json",
+            "-p", json.dumps([{"op": "add", "path": "/metadata/finalizers/0", "value": HOLD}]),
+        )  # fmt: skip
+    lows = {f"low{i}": pod_running(plane, namespace, f"low{i}")["metadata"]["uid"]
+            for i in range(4)}  # fmt: skip
+    try:
+        create(plane, pod(namespace, "high", HIGH))
+        wait_for("one pod evicted", lambda: len(untouched(plane, namespace, lows)) == 3,
+                 timeout=30)  # fmt: skip
+        (victim,) = set(lows) - set(untouched(plane, namespace, lows))
+
+        def released() -> bool:
+            p = get_json(plane, "pod", "-n", namespace, victim) or {}
+            return (p.get("metadata") or {}).get("finalizers") == [HOLD]
+
+        wait_for(f"{victim} released (only the hold left)", released, timeout=30)
+        stays_gated(plane, namespace, "high")
+        cond = reason_of(plane, namespace, "high", names.REASON_WAITING_FOR_LEAVING)
+        assert f"{namespace}/{victim}" in cond["message"], cond
+        assert len(untouched(plane, namespace, lows)) == 3
+    finally:
+        for name in lows:
+            unhold(plane, namespace, name)
+    placed = pod_running(plane, namespace, "high")
+    assert placed["spec"]["nodeName"] == NODE
+    wait_for("claim cleared", lambda: nominated(plane, namespace, "high") == "", timeout=30)
+    assert len(untouched(plane, namespace, lows)) == 3
+    told = [e["involvedObject"]["name"] for e in events(plane, namespace, names.REASON_PREEMPTED)]
+    assert told == [victim], told
     cleanup(plane, namespace)
 
 

@@ -13,6 +13,7 @@ from vnpu_common import names
 from vnpu_common.informer import key_of
 from vnpu_common.types import Raw
 from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.leaving import Leaving
 from vnpu_operator.lifecycle import Step
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.notices import TELL_AFTER_FAILURES, Notices
@@ -32,12 +33,14 @@ class Pinner:
         ledger: Ledger,
         expect: Expectations,
         metrics: OperatorMetrics,
+        leaving: Leaving,
         *,
         labels: Callable[[str], Mapping[str, str]],
         clock: Callable[[], float],
     ) -> None:
         """`labels(node)`: the node's labels as cached (inventories)."""
         self.api = api
+        self.leaving = leaving
         self.notices = notices
         self.ledger = ledger
         self.expect = expect
@@ -51,6 +54,9 @@ class Pinner:
         allocs = [self.ledger.allocation(k) for k in step.keys]
         ids = [a.vnpu_id for a in allocs if a is not None]
         node = step.node
+        if blockers := self.leaving.blocking(uid, node):
+            await self._hold(pod, state, ids, node, blockers)
+            return
         try:
             ops = pin_patch(pod, node, self.labels(node), ids)
         except PinningError as exc:
@@ -84,3 +90,18 @@ class Pinner:
         self.metrics.allocation_latency.observe(self.clock() - state.seen_at)
         templates = sorted({a.template for a in allocs if a is not None})
         await self.notices.ready(pod, state, ids, templates, node)
+
+    async def _hold(
+        self, pod: Raw, state: PodState, ids: list[int], node: str, blockers: list[Raw]
+    ) -> None:
+        who = ", ".join(key_of(p) for p in blockers[:3])
+        if len(blockers) > 3:
+            who += f" and {len(blockers) - 3} more"
+        devices = ",".join(str(i) for i in ids)
+        await self.notices.tell(
+            pod, state, names.REASON_WAITING_FOR_LEAVING,
+            f"vNPU {devices} ready on node {node}; ungated once {who} is gone: "
+            "kube-scheduler counts a pod's vNPU requests on its node until the pod "
+            "object is deleted",
+            condition=True, event_key=node,
+        )  # fmt: skip
