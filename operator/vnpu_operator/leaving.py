@@ -65,8 +65,8 @@ class Leaving:
         self.nodes = nodes
         self._by_node: dict[str, set[str]] = {}
         self._node_of: dict[str, str] = {}
-        # node -> UIDs of pods whose pin there waits for leaving pods.
-        self._held: dict[str, set[str]] = {}
+        # node -> UID of each pod whose pin there waits for leaving pods -> since when.
+        self._held: dict[str, dict[str, float]] = {}
 
     def pod_event(self, uid: str, pod: Raw | None) -> set[str]:
         """Records where the pod is bound (None: it is gone). Returns the pods
@@ -85,10 +85,11 @@ class Leaving:
         touched = old or node
         return set(self._held.get(touched, ())) - {uid} if touched else set()
 
-    def blocking(self, uid: str, node: str) -> list[Raw]:
+    def blocking(self, uid: str, node: str, now: float) -> list[Raw]:
         """The pods leaving `node` that keep pod `uid`, placed there, from
         being ungated: [] when the node's sum fits or nothing is leaving.
-        A held pod is remembered until it is pinned (`release`) or gone."""
+        A held pod is remembered, with the time `now` of its first hold,
+        until it is pinned (`release`) or gone."""
         on_node = self._by_node.get(node, set())
         leaving = [
             pod
@@ -112,12 +113,19 @@ class Leaving:
         if not over_allocatable(allocatable, counted):
             self.release(uid)
             return []
-        self._held.setdefault(node, set()).add(uid)
+        self._held.setdefault(node, {}).setdefault(uid, now)
         return leaving
+
+    def held_since(self, uid: str) -> float | None:
+        """When pod `uid` was first held back, if it is."""
+        for held in self._held.values():
+            if uid in held:
+                return held[uid]
+        return None
 
     def release(self, uid: str) -> None:
         """Pod `uid` no longer waits to be pinned anywhere."""
         for node in [n for n, held in self._held.items() if uid in held]:
-            self._held[node].discard(uid)
+            del self._held[node][uid]
             if not self._held[node]:
                 del self._held[node]

@@ -128,6 +128,7 @@ def build_controller(
     waiting_line.kick = controller.kick
     waiting_line.still_waits = placer.still_waits
     preemption.kick = controller.kick
+    pinner.kick = controller.kick
     preemption.grew = controller.kick_waiting
 
     metrics.watch(

@@ -4,12 +4,14 @@ controller with a fake API, and the sum itself."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from test_controller import World, big, node_obj
 
 from vnpu_common import names
 from vnpu_operator.leaving import over_allocatable
+from vnpu_operator.steps import pin
 
 VNPUS = names.RES_VNPUS
 
@@ -70,19 +72,35 @@ async def a_leaving_pod(allocatable: int, phase: str | None = None) -> World:
 async def test_a_pod_whose_node_is_full_in_the_schedulers_sum_waits_for_the_leaving_pod() -> None:
     w = await a_leaving_pod(allocatable=2)
     assert len(w.api.of("patch_pod")) == 1, "big1 was ungated while big0 still counts"
+    # Told nothing at first: most holds end within moments.
+    assert names.REASON_WAITING_FOR_LEAVING not in [r for _, r, _ in w.api.of("set_pod_condition")]
+    # Held for TELL_HELD_AFTER: told once, however often it is reconciled.
+    pinner = w.controller.pinner
+    later = pinner.clock() + pin.TELL_HELD_AFTER
+    pinner.clock = lambda: later
+    for _ in range(2):
+        w.controller.pod_event("MODIFIED", deleting(running(charged(big(0)), "n1")))
+        await w.settle()
+    assert len(w.api.of("patch_pod")) == 1
     status, reason, message = w.api.of("set_pod_condition")[-1]
     assert (status, reason) == ("False", names.REASON_WAITING_FOR_LEAVING)
     assert message.startswith("vNPU 100,101 ready on node n1; ungated once ns/big0 is gone")
-    # The same version again: not told twice.
-    w.controller.pod_event("MODIFIED", deleting(running(charged(big(0)), "n1")))
-    await w.settle()
-    assert len(w.api.of("patch_pod")) == 1
     assert [r for r, _ in w.api.of("event")].count(names.REASON_WAITING_FOR_LEAVING) == 1
     # big0's object goes: big1 is pinned at once, and its condition turned.
     w.controller.pod_event("DELETED", deleting(running(charged(big(0)), "n1")))
     await w.settle()
     assert len(w.api.of("patch_pod")) == 2
     assert w.api.of("set_pod_condition")[-1][:2] == ("True", names.REASON_ALLOCATED)
+
+
+async def test_a_held_pod_is_reconciled_when_it_is_due_to_be_told() -> None:
+    w = await a_leaving_pod(allocatable=2)
+    kicked: list[str] = []
+    w.controller.pinner.kick = kicked.append
+    w.controller.pinner._timers.pop("u1").cancel()  # the timer armed before the hook
+    w.controller.pinner._remind("u1", 0.01)
+    await asyncio.sleep(0.05)
+    assert kicked == ["u1"]
 
 
 async def test_a_node_with_room_in_the_schedulers_sum_pins_at_once() -> None:
