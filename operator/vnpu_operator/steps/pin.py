@@ -4,8 +4,6 @@ gate (the patch itself is `pinning.pin_patch`'s), then the pod is told."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
@@ -22,6 +20,7 @@ from vnpu_operator.notices import TELL_AFTER_FAILURES, Notices
 from vnpu_operator.pinning import PinningError, pin_patch
 from vnpu_operator.placement import Ledger
 from vnpu_operator.podstate import Expectations, PodState, Write
+from vnpu_operator.timers import KickTimers
 
 # A pod held back for pods leaving its node is told so only once the hold has
 # lasted this long (seconds): most holds end within a fraction of a second, when
@@ -57,8 +56,8 @@ class Pinner:
         self.clock = clock
         # Reconciles a pod (the controller's kick; set by the wiring).
         self.kick: Callable[[str], None] = lambda _uid: None
-        # uid -> the timer that reconciles a held pod when it is due to be told.
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        # Reconciles a held pod when it is due to be told.
+        self.timers = KickTimers(lambda uid: self.kick(uid))
 
     async def pin(self, uid: str, pod: Raw, state: PodState, step: Step) -> None:
         if self.expect.pending(Write.UNGATE, uid):
@@ -72,10 +71,10 @@ class Pinner:
             waited = now - (now if since is None else since)
             if waited >= TELL_HELD_AFTER:
                 await self._hold(pod, state, ids, node, blockers)
-            else:
-                self._remind(uid, TELL_HELD_AFTER - waited)
+            elif not self.timers.armed(uid):
+                self.timers.arm(uid, TELL_HELD_AFTER - waited)
             return
-        self._forget_timer(uid)
+        self.timers.cancel(uid)
         try:
             ops = pin_patch(pod, node, self.labels(node), ids)
         except PinningError as exc:
@@ -124,21 +123,3 @@ class Pinner:
             "object is deleted",
             condition=True, event_key=node,
         )  # fmt: skip
-
-    def _remind(self, uid: str, delay: float) -> None:
-        """One timer per held pod: reconciles it after `delay` seconds."""
-        if uid in self._timers:
-            return
-        # No loop: a test driving the pinner by hand; nothing to schedule.
-        with contextlib.suppress(RuntimeError):
-            loop = asyncio.get_running_loop()
-            self._timers[uid] = loop.call_later(delay, self._due, uid)
-
-    def _due(self, uid: str) -> None:
-        self._timers.pop(uid, None)
-        self.kick(uid)
-
-    def _forget_timer(self, uid: str) -> None:
-        timer = self._timers.pop(uid, None)
-        if timer is not None:
-            timer.cancel()

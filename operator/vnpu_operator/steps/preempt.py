@@ -17,8 +17,6 @@ it is dropped and the pod plans again.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -36,6 +34,7 @@ from vnpu_operator.placement import InvalidRequestError, Ledger, NoFit, PodReque
 from vnpu_operator.placement.nominations import Nomination
 from vnpu_operator.placement.preemption import Candidate, Plan, plan, worth_trying
 from vnpu_operator.podstate import PodState
+from vnpu_operator.timers import KickTimers
 
 # The logger keeps its name from before the move into steps/: log lines read as before.
 log = logging.getLogger("vnpu_operator.preempting")
@@ -124,9 +123,8 @@ class Preemption:
         self.kick = kick
         self.grew = grew
         self.clock = clock
-        # uid -> the timer that kicks the pod when its backoff ends; popped
-        # when it fires, so "none here" means no retry is coming.
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        # Kicks a pod when its backoff ends.
+        self._timers = KickTimers(lambda uid: self.kick(uid))
 
     @property
     def enabled(self) -> bool:
@@ -252,8 +250,8 @@ class Preemption:
             # Its kick may have been lost (dropped while this replica was not
             # leading, say) or may have come a little early: without a timer
             # the pod would wait for a capacity change that may never come.
-            if request.uid not in self._timers:
-                self._arm(request.uid, wait)
+            if not self._timers.armed(request.uid):
+                self._timers.arm(request.uid, wait)
             return bool(state.protected)
         state.protected.clear()
         try:
@@ -391,22 +389,8 @@ class Preemption:
         doublings = max(state.preempt_refusals - 1, 0)
         delay = min(RETRY_BASE_SECONDS * 2.0**doublings, RETRY_MAX_SECONDS)
         state.preempt_not_before = self.clock() + delay
-        self._arm(uid, delay)
+        self._timers.arm(uid, delay)
         return delay
-
-    def _arm(self, uid: str, delay: float) -> None:
-        """One timer per pod: kicks it after `delay` seconds."""
-        old = self._timers.pop(uid, None)
-        if old is not None:
-            old.cancel()
-        # No loop: a test driving the controller by hand; nothing to schedule.
-        with contextlib.suppress(RuntimeError):
-            loop = asyncio.get_running_loop()
-            self._timers[uid] = loop.call_later(delay, self._due, uid)
-
-    def _due(self, uid: str) -> None:
-        self._timers.pop(uid, None)
-        self.kick(uid)
 
     async def _blocked(self, pod: Raw, state: PodState, nofit: NoFit) -> None:
         state.preempt_refusals += 1

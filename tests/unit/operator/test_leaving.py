@@ -97,8 +97,8 @@ async def test_a_held_pod_is_reconciled_when_it_is_due_to_be_told() -> None:
     w = await a_leaving_pod(allocatable=2)
     kicked: list[str] = []
     w.controller.pinner.kick = kicked.append
-    w.controller.pinner._timers.pop("u1").cancel()  # the timer armed before the hook
-    w.controller.pinner._remind("u1", 0.01)
+    assert w.controller.pinner.timers.armed("u1")
+    w.controller.pinner.timers.arm("u1", 0.01)
     await asyncio.sleep(0.05)
     assert kicked == ["u1"]
 
