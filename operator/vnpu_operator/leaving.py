@@ -65,8 +65,9 @@ class Leaving:
         self.nodes = nodes
         self._by_node: dict[str, set[str]] = {}
         self._node_of: dict[str, str] = {}
-        # node -> UID of each pod whose pin there waits for leaving pods -> since when.
-        self._held: dict[str, dict[str, float]] = {}
+        # UID of each pod whose pin waits for pods leaving its node -> (that node,
+        # since when). Few at any time: a scan of it is cheaper than a second index.
+        self._held: dict[str, tuple[str, float]] = {}
 
     def pod_event(self, uid: str, pod: Raw | None) -> set[str]:
         """Records where the pod is bound (None: it is gone). Returns the pods
@@ -83,7 +84,9 @@ class Leaving:
         if pod is None:
             self.release(uid)
         touched = old or node
-        return set(self._held.get(touched, ())) - {uid} if touched else set()
+        if not touched:
+            return set()
+        return {held for held, (at, _) in self._held.items() if at == touched and held != uid}
 
     def blocking(self, uid: str, node: str, now: float) -> list[Raw]:
         """The pods leaving `node` that keep pod `uid`, placed there, from
@@ -113,19 +116,15 @@ class Leaving:
         if not over_allocatable(allocatable, counted):
             self.release(uid)
             return []
-        self._held.setdefault(node, {}).setdefault(uid, now)
+        if self._held.get(uid, ("", 0.0))[0] != node:
+            self._held[uid] = (node, now)
         return leaving
 
-    def held_since(self, uid: str) -> float | None:
-        """When pod `uid` was first held back, if it is."""
-        for held in self._held.values():
-            if uid in held:
-                return held[uid]
-        return None
+    def held_for(self, uid: str, now: float) -> float:
+        """Seconds pod `uid` has been held back at its node (0 if it is not)."""
+        held = self._held.get(uid)
+        return 0.0 if held is None else now - held[1]
 
     def release(self, uid: str) -> None:
         """Pod `uid` no longer waits to be pinned anywhere."""
-        for node in [n for n, held in self._held.items() if uid in held]:
-            del self._held[node][uid]
-            if not self._held[node]:
-                del self._held[node]
+        self._held.pop(uid, None)

@@ -67,8 +67,7 @@ class Pinner:
         node = step.node
         now = self.clock()
         if blockers := self.leaving.blocking(uid, node, now):
-            since = self.leaving.held_since(uid)
-            waited = now - (now if since is None else since)
+            waited = self.leaving.held_for(uid, now)
             if waited >= TELL_HELD_AFTER:
                 await self._hold(pod, state, ids, node, blockers)
             elif not self.timers.armed(uid):
