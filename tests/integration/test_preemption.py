@@ -79,10 +79,14 @@ def create(plane: LocalPlane, manifest: dict[str, Any]) -> None:
     plane.kubectl("create", "-f", "-", input=yaml.safe_dump(manifest))
 
 
-def fill(plane: LocalPlane, namespace: str) -> dict[str, str]:
-    """Four running pods of low priority: name -> uid."""
+def fill(plane: LocalPlane, namespace: str, *, finalizers: tuple[str, ...] = ()) -> dict[str, str]:
+    """Four running pods of low priority: name -> uid. `finalizers`: created
+    with these (the webhook adds ours after them)."""
     for i in range(4):
-        create(plane, pod(namespace, f"low{i}", LOW, app="low"))
+        manifest = pod(namespace, f"low{i}", LOW, app="low")
+        if finalizers:
+            manifest["metadata"]["finalizers"] = list(finalizers)
+        create(plane, manifest)
     return {
         f"low{i}": pod_running(plane, namespace, f"low{i}")["metadata"]["uid"] for i in range(4)
     }
@@ -133,23 +137,18 @@ def held_ids(plane: LocalPlane, namespace: str) -> list[int]:
     )
 
 
-def still_waits(plane: LocalPlane, namespace: str, name: str, seconds: float = 3.0) -> None:
+def still_waits(
+    plane: LocalPlane, namespace: str, name: str, seconds: float = 3.0, *, may_hold: bool = False
+) -> None:
     """Gated and holding nothing for `seconds` (the operator has had every
-    chance to place it: each capacity change retries waiting pods at once)."""
+    chance to place it: each capacity change retries waiting pods at once);
+    `may_hold`: gated, whatever vNPUs it holds."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         p = get_json(plane, "pod", "-n", namespace, name)
         assert p["spec"].get("schedulingGates"), f"{name} was ungated"
-        assert pod_allocations(plane, namespace, p["metadata"]["uid"]) == [], f"{name} placed"
-        time.sleep(0.3)
-
-
-def stays_gated(plane: LocalPlane, namespace: str, name: str, seconds: float = 3.0) -> None:
-    """Gated for `seconds`, whatever it holds."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        p = get_json(plane, "pod", "-n", namespace, name)
-        assert p["spec"].get("schedulingGates"), f"{name} was ungated"
+        if not may_hold:
+            assert pod_allocations(plane, namespace, p["metadata"]["uid"]) == [], f"{name} placed"
         time.sleep(0.3)
 
 
@@ -232,14 +231,7 @@ def test_a_preemptor_stays_gated_while_its_victims_object_is_still_counted(
     ready: ungated, it would find the node full, and kube-scheduler would
     run a preemption of its own, evicting a second pod and writing a
     nominatedNodeName that outlives the binding (Kubernetes 1.34)."""
-    for i in range(4):
-        create(plane, pod(namespace, f"low{i}", LOW, app="low"))
-        plane.kubectl(
-            "patch", "pod", "-n", namespace, f"low{i}", "--type=json",
-            "-p", json.dumps([{"op": "add", "path": "/metadata/finalizers/0", "value": HOLD}]),
-        )  # fmt: skip
-    lows = {f"low{i}": pod_running(plane, namespace, f"low{i}")["metadata"]["uid"]
-            for i in range(4)}  # fmt: skip
+    lows = fill(plane, namespace, finalizers=(HOLD,))
     try:
         create(plane, pod(namespace, "high", HIGH))
         wait_for("one pod evicted", lambda: len(untouched(plane, namespace, lows)) == 3,
@@ -251,7 +243,7 @@ def test_a_preemptor_stays_gated_while_its_victims_object_is_still_counted(
             return (p.get("metadata") or {}).get("finalizers") == [HOLD]
 
         wait_for(f"{victim} released (only the hold left)", released, timeout=30)
-        stays_gated(plane, namespace, "high")
+        still_waits(plane, namespace, "high", may_hold=True)
         cond = reason_of(plane, namespace, "high", names.REASON_WAITING_FOR_LEAVING)
         assert f"{namespace}/{victim}" in cond["message"], cond
         assert len(untouched(plane, namespace, lows)) == 3
