@@ -216,6 +216,10 @@ class Agent:
             ApiClaimReader(self.api_client),
             registered=pool.recheck if pool is not None else lambda: None,
         )
+        # The plugin's last line of defense asks the node's allocations and
+        # vNPUs before each Prepare (dra/prepare.DeviceGuard).
+        preparer.guard = agent.serving
+        preparer.observe = self.metrics.dra_call
         agent.serving.use_prepared_claims(preparer)
         await plugin.start()
         return plugin

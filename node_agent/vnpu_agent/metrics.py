@@ -77,6 +77,33 @@ class AgentMetrics:
             registry=self.registry,
         )
 
+        # The kubelet plugin's calls (dra/prepare.py): the kubelet gives each 45 s.
+        self.dra_call_seconds = Histogram(
+            f"{PREFIX}_dra_prepare_seconds",
+            "Duration of the kubelet's NodePrepareResources and NodeUnprepareResources "
+            "calls, by op (prepare, unprepare).",
+            ["op"],
+            registry=self.registry,
+            buckets=(0.01, 0.05, 0.25, 1, 5, 15, 30, 45),
+        )
+        self.dra_call_errors = Counter(
+            f"{PREFIX}_dra_prepare_errors_total",
+            "Claims the kubelet plugin answered with an error, by op (prepare, unprepare).",
+            ["op"],
+            registry=self.registry,
+        )
+        # Not by node: one series per operation whatever the node count (a
+        # process simulating 1000 nodes), and per node the agent's log names them.
+        self.dra_pool_writes = Counter(
+            f"{PREFIX}_dra_pool_writes_total",
+            "ResourceSlices of the nodes' DRA pools written, by operation (create, "
+            "update, delete). Steady at zero on a quiet node: a pool is written when "
+            "its chips, cordons or the capacity held outside claims change, or when "
+            "someone else changed or deleted it.",
+            ["op"],
+            registry=self.registry,
+        )
+
         # Written by kubeapi.AgentApi, through vnpu_common.apiwrites.
         self.api_errors = error_counter(
             PREFIX,
@@ -91,11 +118,19 @@ class AgentMetrics:
         self.driver_ops.labels(node, op, result).inc()
         self.driver_seconds.labels(op).observe(seconds)
 
+    def dra_call(self, op: str, seconds: float, failed: int) -> None:
+        self.dra_call_seconds.labels(op).observe(seconds)
+        if failed:
+            self.dra_call_errors.labels(op).inc(failed)
+
     def gc_action(self, node: str, reason: str) -> None:
         self.gc_actions.labels(node, reason).inc()
 
     def released(self, node: str) -> None:
         self.releases.labels(node).inc()
+
+    def dra_pool_write(self, op: str) -> None:
+        self.dra_pool_writes.labels(op).inc()
 
     def node_restored(self, node: str, what: str) -> None:
         self.node_restorations.labels(node, what).inc()

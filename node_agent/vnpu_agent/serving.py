@@ -71,7 +71,9 @@ Report = Callable[[], Awaitable[None]]
 class PreparedClaims(Protocol):
     """The kubelet plugin's prepared claims (vnpu_agent/dra/prepare.py)."""
 
-    def is_prepared(self, claim_uid: str) -> bool: ...
+    def holds(self, claim_uid: str) -> str | None: ...
+
+    def prepared_ids(self) -> set[int]: ...
 
     def on_unprepared(self, callback: Callable[[str], None]) -> None: ...
 
@@ -179,12 +181,40 @@ class AllocationServer:
                 self.queue.add(key)
 
     def referenced_ids(self) -> set[int]:
+        """The ids the orphan collector must leave: those an allocation names,
+        and on a DRA node those a prepared claim names (its containers may
+        run after its allocation went, a force-deleted pod's for example)."""
         ids = set()
         for obj in self.allocs.values():
             vnpu_id = obj.get("spec", {}).get("vnpuId")
             if isinstance(vnpu_id, int):
                 ids.add(vnpu_id)
+        if self.prepared is not None:
+            ids |= self.prepared.prepared_ids()
         return ids
+
+    # -- what the kubelet plugin asks before a Prepare (dra/prepare.DeviceGuard) --
+
+    def holders(self, vnpu_id: int, claim_uid: str) -> list[str]:
+        """The node's allocations other than `claim_uid`'s that name `vnpu_id`,
+        live or being released (until its finalizer goes, a released
+        allocation's vNPU may still be in a container)."""
+        return sorted(
+            key
+            for key, obj in self.allocs.items()
+            if (obj.get("spec") or {}).get("vnpuId") == vnpu_id
+            and (obj.get("spec") or {}).get("nodeName") == self.node
+            and ((obj.get("spec") or {}).get("claim") or {}).get("uid") != claim_uid
+        )
+
+    async def present(self, vnpu_id: int, chip: int, template: str) -> bool:
+        """Whether the driver has the vNPU as that chip and template; the chip
+        is read again before saying no (the view may lag a reboot's replay)."""
+        vnpu = self.view.vnpus.get(vnpu_id)
+        if vnpu is None:
+            await self.view.reread_chip(chip)
+            vnpu = self.view.vnpus.get(vnpu_id)
+        return vnpu is not None and (vnpu.chip, vnpu.template) == (chip, template)
 
     # -- reconcile one allocation -------------------------------------------
 
@@ -403,11 +433,16 @@ class AllocationServer:
         if names.ALLOCATION_FINALIZER not in rec.model.metadata.finalizers:
             return None
         claim = spec.claim
-        if claim is not None and self.prepared is not None and self.prepared.is_prepared(claim.uid):
+        held = (
+            self.prepared.holds(claim.uid)
+            if claim is not None and self.prepared is not None
+            else None
+        )
+        if claim is not None and held is not None:
             msg = (
                 f"claim {rec.model.metadata.namespace}/{claim.name} is still prepared on "
-                f"{self.node} (its containers may still run); vNPU {spec.vnpu_id} is destroyed "
-                "once the kubelet unprepares it"
+                f"{self.node} ({held}; its containers may still run); vNPU {spec.vnpu_id} is "
+                "destroyed once the kubelet unprepares it"
             )
             await self._note_deferred_msg(rec, msg, names.REASON_DESTROY_DEFERRED, "Normal")
             raise RetryLater(msg)

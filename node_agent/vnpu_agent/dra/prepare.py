@@ -1,12 +1,19 @@
 """What the kubelet plugin does, without gRPC: prepare a node's claims (check
 each allocated device's VNPUAllocation, write its CDI spec), unprepare them,
-and remember which are prepared across restarts (docs/DRA.md, "The kubelet
-plugin").
+and remember which are prepared across restarts and reboots (checkpoint.py;
+docs/DRA.md, "The kubelet plugin").
 
 A device is prepared only from a VNPUAllocation that is Ready on this node:
-this never creates a vNPU. A claim the kubelet has prepared keeps its vNPU:
-`is_prepared` is what the allocation server asks before a destroy
-(serving.py), and `on_unprepared` tells it when to ask again.
+this never creates a vNPU. The plugin is the last line of defense against one
+vNPU for two workloads (upstream's kubeletplugin docs say so of every
+driver): a Prepare is refused when its vNPU is named by another prepared
+claim or another allocation of the node, or is not on the driver.
+
+A claim holds its vNPUs (`holds`, what the allocation server asks before a
+destroy, serving.py) from the moment a Prepare naming it is called until the
+kubelet unprepares it: a Prepare in flight counts as prepared, in memory
+before it waits for the lock and on disk (phase one) before its first read.
+`on_unprepared` says when to ask again.
 
 Calls are serialized by one lock and bounded by `budget` seconds (the kubelet
 gives each call 45 s and retries), API reads by `api_timeout` seconds each.
@@ -15,10 +22,7 @@ gives each call 45 s and retries), API reads by `api_timeout` seconds each.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +32,16 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_agent import cdi
+from vnpu_agent.dra.checkpoint import COMPLETED, STARTED, Checkpoint, Entry
+from vnpu_agent.dra.checkpoint import ClaimId as ClaimId  # what plugin.py names calls by
+from vnpu_agent.dra.checkpoint import PreparedDevice as PreparedDevice
+from vnpu_agent.failpoints import failpoint
 from vnpu_common import names
 from vnpu_common.rawcall import call_json, describe
 from vnpu_common.types import Raw
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_VERSION = 1
 # Within the kubelet's 45 s per call, with room for its own work.
 PREPARE_BUDGET_SECONDS = 30.0
 API_TIMEOUT_SECONDS = 10.0
@@ -84,28 +91,6 @@ class ApiClaimReader:
         return obj
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimId:
-    namespace: str
-    uid: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name} ({self.uid})"
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedDevice:
-    """One device of a prepared claim, as the checkpoint keeps it."""
-
-    request: str
-    pool: str
-    device: str
-    vnpu_id: int
-    template: str
-    cdi_ids: tuple[str, ...]
-
-
 @dataclass(slots=True)
 class PrepareResult:
     devices: list[PreparedDevice] = field(default_factory=list)
@@ -117,79 +102,26 @@ class PrepareError(Exception):
     reports on the pod (its Events), so it says what to look at."""
 
 
-class Checkpoint:
-    """The prepared claims, in a JSON file written atomically: what
-    Unprepare removes after an agent restart, and what `is_prepared` answers."""
+class DeviceGuard(Protocol):
+    """What Prepare asks of the node's allocation server (serving.py): the
+    plugin is the last line of defense against one vNPU for two workloads."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.claims: dict[str, tuple[ClaimId, list[PreparedDevice]]] = {}
-        self._load()
+    def holders(self, vnpu_id: int, claim_uid: str) -> list[str]:
+        """The node's other allocations (of another claim or pod, live or
+        being released) that name `vnpu_id`."""
+        ...
 
-    def _load(self) -> None:
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as exc:
-            # Never guess: a checkpoint we cannot read is kept for a person to
-            # look at, and the kubelet's Prepare calls rebuild what it held.
-            broken = self.path.with_suffix(".broken")
-            log.error("DRA checkpoint %s unreadable (%s); moved to %s", self.path, exc, broken)
-            with contextlib.suppress(OSError):
-                os.replace(self.path, broken)
-            return
-        if data.get("version") != CHECKPOINT_VERSION:
-            raise RuntimeError(
-                f"DRA checkpoint {self.path} has version {data.get('version')!r}, "
-                f"this agent reads {CHECKPOINT_VERSION}"
-            )
-        for uid, entry in (data.get("claims") or {}).items():
-            claim = ClaimId(entry["namespace"], uid, entry["name"])
-            devices = [
-                PreparedDevice(
-                    request=d["request"],
-                    pool=d["pool"],
-                    device=d["device"],
-                    vnpu_id=int(d["vnpuId"]),
-                    template=d["template"],
-                    cdi_ids=tuple(d["cdiIds"]),
-                )
-                for d in entry.get("devices") or []
-            ]
-            self.claims[uid] = (claim, devices)
+    async def present(self, vnpu_id: int, chip: int, template: str) -> bool:
+        """Whether the vNPU exists on the driver as that chip and template."""
+        ...
 
-    def save(self) -> None:
-        claims = {
-            uid: {
-                "namespace": claim.namespace,
-                "name": claim.name,
-                "devices": [
-                    {
-                        "request": d.request,
-                        "pool": d.pool,
-                        "device": d.device,
-                        "vnpuId": d.vnpu_id,
-                        "template": d.template,
-                        "cdiIds": list(d.cdi_ids),
-                    }
-                    for d in devices
-                ],
-            }
-            for uid, (claim, devices) in sorted(self.claims.items())
-        }
-        text = json.dumps({"version": CHECKPOINT_VERSION, "claims": claims}, indent=1)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+
+# Prepare's observer: (operation, seconds, claims that failed).
+Observe = Callable[[str, float, int], None]
 
 
 class Preparer:
-    """The node's prepared claims: Prepare, Unprepare and `is_prepared`."""
+    """The node's prepared claims: Prepare, Unprepare and what they hold."""
 
     def __init__(
         self,
@@ -200,32 +132,86 @@ class Preparer:
         host_device_dir: Path = cdi.HOST_DEVICE_DIR,
         *,
         budget: float = PREPARE_BUDGET_SECONDS,
+        guard: DeviceGuard | None = None,
+        boot_id: str | None = None,
+        observe: Observe | None = None,
     ) -> None:
+        """`guard`: the node's allocations and vNPUs (for_node always gives
+        it; without one, as in tests of the gRPC side alone, Prepare checks
+        only the API objects). `boot_id`: this boot's, read from the kernel
+        unless given."""
         self.node = node
         self.reader = reader
         self.cdi_dir = cdi_dir
         self.host_device_dir = host_device_dir
         self.budget = budget
-        self.checkpoint = Checkpoint(checkpoint_path)
+        self.guard = guard
+        self.observe = observe
+        self.checkpoint = Checkpoint(checkpoint_path, boot_id)
         self.lock = asyncio.Lock()
         self._listeners: list[Callable[[str], None]] = []
+        # Claim UID -> Prepare calls naming it that have not returned: marked
+        # before the call waits for the lock, so a release deciding meanwhile
+        # already finds the claim held.
+        self._inflight: dict[str, int] = {}
 
     # -- what the allocation server asks (serving.PreparedClaims) --------------
 
+    def holds(self, claim_uid: str) -> str | None:
+        """Why the claim's vNPUs may not be destroyed now, or None: it is
+        prepared, a Prepare naming it is under way, or the checkpoint was
+        unreadable and the claim has not been seen since."""
+        if self._inflight.get(claim_uid):
+            return "being prepared"
+        return self.checkpoint.held(claim_uid)
+
     def is_prepared(self, claim_uid: str) -> bool:
-        return claim_uid in self.checkpoint.claims
+        return self.holds(claim_uid) is not None
+
+    def prepared_ids(self) -> set[int]:
+        """The vNPU ids that prepared claims of this boot name: referenced,
+        whatever the allocations say (the orphan collector's view)."""
+        return set(self.checkpoint.held_ids())
 
     def on_unprepared(self, callback: Callable[[str], None]) -> None:
+        """`callback(uid)` whenever a claim stops being held: unprepared, or
+        its Prepare ended without preparing it."""
         self._listeners.append(callback)
+
+    def _let_go(self, uids: Iterable[str]) -> None:
+        for uid in uids:
+            for callback in self._listeners:
+                callback(uid)
 
     # -- the kubelet's calls --------------------------------------------------
 
     async def prepare(self, claims: Iterable[ClaimId]) -> dict[str, PrepareResult]:
         """Every claim gets an entry: its devices, or an error."""
         claims = list(claims)
-        results = {c.uid: PrepareResult(error="not attempted") for c in claims}
+        for c in claims:
+            self._inflight[c.uid] = self._inflight.get(c.uid, 0) + 1
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.budget
+        started = loop.time()
+        try:
+            results = await self._prepare_all(claims, started + self.budget)
+        finally:
+            for c in claims:
+                left = self._inflight.get(c.uid, 1) - 1
+                if left > 0:
+                    self._inflight[c.uid] = left
+                else:
+                    self._inflight.pop(c.uid, None)
+        failed = [uid for uid, r in results.items() if r.error]
+        if self.observe is not None:
+            self.observe("prepare", loop.time() - started, len(failed))
+        # A release deferred while the Prepare ran may go on now.
+        self._let_go(uid for uid in failed if not self.is_prepared(uid))
+        return results
+
+    async def _prepare_all(
+        self, claims: list[ClaimId], deadline: float
+    ) -> dict[str, PrepareResult]:
+        results = {c.uid: PrepareResult(error="not attempted") for c in claims}
         try:
             async with asyncio.timeout_at(deadline):
                 await self.lock.acquire()
@@ -252,6 +238,7 @@ class Preparer:
                 else:
                     results[claim.uid] = PrepareResult(devices=devices)
                 if results[claim.uid].error:
+                    self._abandon(claim.uid)
                     log.warning("Prepare refused: %s", results[claim.uid].error)
         finally:
             self.lock.release()
@@ -262,6 +249,8 @@ class Preparer:
         (or already unprepared) is done."""
         claims = list(claims)
         results = dict.fromkeys((c.uid for c in claims), "")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             async with asyncio.timeout(self.budget):
                 await self.lock.acquire()
@@ -269,13 +258,17 @@ class Preparer:
             return dict.fromkeys(results, "another Prepare or Unprepare held the plugin")
         gone: list[str] = []
         try:
+            broken = self.checkpoint.broken
             for claim in claims:
-                entry = self.checkpoint.claims.get(claim.uid)
+                entry = self.checkpoint.entries.pop(claim.uid, None)
+                if broken:
+                    self.checkpoint.settled.add(claim.uid)
                 if entry is None:
+                    if broken:
+                        gone.append(claim.uid)
                     continue
-                for d in entry[1]:
+                for d in entry.devices:
                     cdi.remove_claim(self.cdi_dir, claim.uid, d.device)
-                del self.checkpoint.claims[claim.uid]
                 gone.append(claim.uid)
             if gone:
                 try:
@@ -283,24 +276,48 @@ class Preparer:
                 except OSError as exc:
                     for uid in gone:
                         results[uid] = f"writing the DRA checkpoint failed: {exc}"
-                    return results
-                log.info("unprepared claim(s) %s", ", ".join(gone))
+                    gone = []
+                else:
+                    log.info("unprepared claim(s) %s", ", ".join(gone))
         finally:
             self.lock.release()
-        for uid in gone:
-            for callback in self._listeners:
-                callback(uid)
+        if self.observe is not None:
+            failed = sum(1 for e in results.values() if e)
+            self.observe("unprepare", loop.time() - started, failed)
+        self._let_go(gone)
         return results
 
     # -- one claim ------------------------------------------------------------
 
+    def _abandon(self, uid: str) -> None:
+        """A Prepare that did not prepare the claim leaves no entry of its own
+        (a completed one of an earlier call stays)."""
+        entry = self.checkpoint.entries.get(uid)
+        if entry is None or (entry.phase == COMPLETED and entry.boot_id == self.checkpoint.boot_id):
+            return
+        del self.checkpoint.entries[uid]
+        for d in entry.devices:
+            cdi.remove_claim(self.cdi_dir, uid, d.device)
+        try:
+            self.checkpoint.save()
+        except OSError as exc:
+            # Kept on disk as started: it still counts as prepared after a
+            # restart, the safe side, until the kubelet unprepares it.
+            log.error("DRA checkpoint: dropping claim %s failed: %s", uid, exc)
+
     async def _prepare_one(self, claim: ClaimId) -> list[PreparedDevice]:
-        entry = self.checkpoint.claims.get(claim.uid)
-        if entry is not None:
-            # Prepared before (a retry, or the kubelet's restart): the same
-            # answer, its specs put back if someone removed them.
-            self._write_specs(claim, entry[1])
-            return entry[1]
+        entry = self.checkpoint.current(claim.uid)
+        if entry is not None and entry.phase == COMPLETED:
+            # Prepared before in this boot (a retry, or the kubelet's restart):
+            # the same answer once its vNPUs are there, specs put back.
+            await self._check_present(claim, entry.devices)
+            self._write_specs(claim, entry.devices)
+            return entry.devices
+        # Started (phase one) before any read: a release deciding from here on
+        # finds the claim held, across a crash of the agent too.
+        self.checkpoint.entries[claim.uid] = Entry(claim, STARTED, self.checkpoint.boot_id)
+        self.checkpoint.save()
+        await failpoint("dra-prepare-started")
         obj = await self.reader.resource_claim(claim.namespace, claim.name)
         if obj is None:
             raise PrepareError(f"ResourceClaim {claim.namespace}/{claim.name} not found")
@@ -322,17 +339,18 @@ class Preparer:
                 devices.append(await self._device(claim, result))
             except PrepareError as exc:
                 problems.append(str(exc))
+        await failpoint("dra-prepare-after-reads")
+        if not problems:
+            problems = self._overlaps(claim, devices)
         if problems:
             raise PrepareError(f"claim {claim}: " + "; ".join(problems))
+        await self._check_present(claim, devices)
         self._write_specs(claim, devices)
-        self.checkpoint.claims[claim.uid] = (claim, devices)
-        try:
-            self.checkpoint.save()
-        except OSError:
-            del self.checkpoint.claims[claim.uid]
-            for d in devices:
-                cdi.remove_claim(self.cdi_dir, claim.uid, d.device)
-            raise
+        self.checkpoint.entries[claim.uid] = Entry(
+            claim, COMPLETED, self.checkpoint.boot_id, devices
+        )
+        self.checkpoint.settled.add(claim.uid)
+        self.checkpoint.save()
         log.info(
             "prepared claim %s: %s",
             claim,
@@ -340,8 +358,52 @@ class Preparer:
         )
         return devices
 
+    def _overlaps(self, claim: ClaimId, devices: list[PreparedDevice]) -> list[str]:
+        """Why a vNPU of `devices` is someone else's: another prepared claim of
+        this boot, another allocation of the node (a force-deleted pod's
+        containers may still run: its claim stays prepared until the kubelet
+        unprepares it), or twice in this claim."""
+        problems = []
+        held = self.checkpoint.held_ids()
+        seen: set[int] = set()
+        for d in devices:
+            where = f"device {d.device}: vNPU {d.vnpu_id}"
+            if d.vnpu_id in seen:
+                problems.append(f"{where} is named twice by this claim")
+            seen.add(d.vnpu_id)
+            other = held.get(d.vnpu_id)
+            if other is not None and other != claim.uid:
+                problems.append(f"{where} is still prepared for claim {other}; retried")
+                continue
+            holders = self.guard.holders(d.vnpu_id, claim.uid) if self.guard else []
+            if holders:
+                problems.append(
+                    f"{where} is still held by allocation {', '.join(sorted(holders))}; retried"
+                )
+        return problems
+
+    async def _check_present(self, claim: ClaimId, devices: list[PreparedDevice]) -> None:
+        if self.guard is None:
+            return
+        missing = [
+            d
+            for d in devices
+            if d.chip >= 0 and not await self.guard.present(d.vnpu_id, d.chip, d.template)
+        ]
+        if missing:
+            raise PrepareError(
+                f"claim {claim}: "
+                + ", ".join(f"vNPU {d.vnpu_id} ({d.template})" for d in missing)
+                + f" not on {self.node} (after a reboot the agent creates it again); retried"
+            )
+
     async def _device(self, claim: ClaimId, result: Raw) -> PreparedDevice:
         device = str(result.get("device"))
+        if result.get("adminAccess"):
+            raise PrepareError(
+                f"device {device}: admin access to vNPUs is not supported (it would get a "
+                "vNPU no quota or counter holds); list them with kubectl get vnpuallocations"
+            )
         name = names.dra_allocation_name(claim.uid, device)
         where = f"device {device}: VNPUAllocation {claim.namespace}/{name}"
         obj = await self.reader.allocation(claim.namespace, name)
@@ -365,6 +427,7 @@ class Preparer:
             vnpu_id=int(spec["vnpuId"]),
             template=str(spec.get("template", "")),
             cdi_ids=(cdi.claim_device_id(claim.uid, device),),
+            chip=int(spec.get("chip", -1)),
         )
 
     def _write_specs(self, claim: ClaimId, devices: list[PreparedDevice]) -> None:

@@ -333,8 +333,8 @@ async def test_a_device_whose_vnpu_is_not_ready_is_refused_with_the_reason(
 ) -> None:
     reader = Reader()
     pending = dra_alloc(phase=None)
-    failed = dra_alloc(device="npu-1-vir05-1c-16g-0", phase="Failed")
-    failed["status"]["message"] = "creating vNPU 100 failed: chip 1 is full"
+    failed = dra_alloc(device="npu-1-vir05-1c-16g-0", vnpu_id=164, phase="Failed")
+    failed["status"]["message"] = "creating vNPU 164 failed: chip 1 is full"
     reader.add(claim_obj(devices=[DEVICE, "npu-1-vir05-1c-16g-0", "npu-2-vir05-1c-16g-0"]))
     reader.add(claim_obj(name="d", uid="uid-d"), {**dra_alloc(uid="uid-d"), "spec": {
         **dra_alloc(uid="uid-d")["spec"], "nodeName": "n2"}})  # fmt: skip
@@ -345,7 +345,7 @@ async def test_a_device_whose_vnpu_is_not_ready_is_refused_with_the_reason(
     error = answer.claims[UID].error
     name = names.dra_allocation_name
     assert f"VNPUAllocation {NS}/{name(UID, DEVICE)} is Pending, not Ready" in error
-    assert "is Failed, not Ready: creating vNPU 100 failed: chip 1 is full" in error
+    assert "is Failed, not Ready: creating vNPU 164 failed: chip 1 is full" in error
     assert "npu-2-vir05-1c-16g-0" in error
     assert "not found (the operator has not" in error
     assert "is for node n2, not n1" in answer.claims["uid-d"].error
@@ -514,13 +514,3 @@ async def test_an_agent_simulating_nodes_serves_no_kubelet_plugin(tmp_path: Path
     )  # fmt: skip
     assert await Agent(settings)._kubelet_plugin() is None
     assert not (tmp_path / "p").exists()
-
-
-async def test_an_unreadable_checkpoint_is_moved_aside_not_guessed(tmp_path: Path) -> None:
-    path = tmp_path / "dra" / "checkpoint.json"
-    path.parent.mkdir(parents=True)
-    path.write_text('{"version": 1, "claims": {')  # a write cut short by hand
-    preparer = Preparer(NODE, Reader(), path, tmp_path / "cdi")
-    assert preparer.checkpoint.claims == {}
-    assert path.with_suffix(".broken").exists()
-    assert not path.exists()
