@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from vnpu_common import names
 from vnpu_operator.admission.offered import OfferedTemplates
@@ -20,6 +20,7 @@ def validate_pod(pod: Mapping[str, Any], offered: OfferedTemplates | None) -> li
     parsed = parse_annotations(pod)
     problems = list(parsed.problems)
     problems += _node_name_problems(pod)
+    problems += dra_extended_resource_problems(pod)
     if offered is not None:
         problems += _chip_model_problems(parsed.chip_model, offered)
         problems += _template_problems(parsed.template, parsed.chip_model, offered)
@@ -37,6 +38,53 @@ def _node_name_problems(pod: Mapping[str, Any]) -> list[str]:
         f"{names.ANN_TEMPLATE} cannot be used with spec.nodeName ({quote(node_name)}): "
         "the operator picks the node; use a nodeSelector or node affinity instead"
     ]
+
+
+# Every DeviceClass is also an extended resource of this name (KEP-5004, GA in 1.37): a pod
+# asking for it gets a DRA device the scheduler allocates, with no claim of its own.
+DRA_EXTENDED_RESOURCE: Final = f"deviceclass.resource.kubernetes.io/{names.DRA_DEVICE_CLASS}"
+
+
+def dra_extended_resource_problems(pod: Mapping[str, Any]) -> list[str]:
+    """A pod asking for the vNPU DeviceClass as an extended resource, in a container's or init
+    container's requests or limits, or in its pod-level resources: not supported (quota on
+    requests.vnpu.io/vnpus does not count it; an annotated pod would get a second vNPU by
+    DRA). The chart's dra-extended-resource policy refuses it on every pod; this is the same
+    refusal for a pod that reaches the webhook, in the same words."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    where = [
+        f"{kind} {container.get('name')}"
+        for kind, key in (("container", "containers"), ("init container", "initContainers"))
+        for container in _mappings(spec.get(key))
+        if _names_resource(container.get("resources"))
+    ]
+    if _names_resource(spec.get("resources")):
+        where.append("pod")
+    if not where:
+        return []
+    return [
+        f"{', '.join(where)}: resources {DRA_EXTENDED_RESOURCE} (a DeviceClass as an extended "
+        "resource) are not supported for vNPUs: such a request is not counted by a quota on "
+        f"requests.{names.RES_VNPUS}. Ask for vNPUs with the {names.ANN_TEMPLATE} "
+        "annotation, or with a ResourceClaim (or ResourceClaimTemplate) of DeviceClass "
+        f"{names.DRA_DEVICE_CLASS}, named in spec.resourceClaims and in resources.claims of "
+        "the container (docs/DRA.md)"
+    ]
+
+
+def _mappings(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _names_resource(resources: Any) -> bool:
+    if not isinstance(resources, Mapping):
+        return False
+    return any(
+        isinstance(amounts, Mapping) and DRA_EXTENDED_RESOURCE in amounts
+        for amounts in (resources.get("requests"), resources.get("limits"))
+    )
 
 
 def _chip_model_problems(chip_model: str | None, offered: OfferedTemplates) -> list[str]:

@@ -10,6 +10,7 @@ import pytest
 from vnpu_common import names
 from vnpu_common.api.models import VNPUNodeStatus
 from vnpu_operator.admission import OfferedTemplates, validate_pod
+from vnpu_operator.admission.webhook import decide_mutation, decide_validation
 
 PodFactory = Callable[..., dict[str, Any]]
 
@@ -169,3 +170,67 @@ def test_node_name_is_rejected(make_pod: PodFactory, offered: OfferedTemplates) 
         'vnpu.io/template cannot be used with spec.nodeName ("npu-1"): the operator picks '
         "the node; use a nodeSelector or node affinity instead"
     ]
+
+
+# The DeviceClass vnpu.io as an extended resource (KEP-5004): the chart's
+# dra-extended-resource policy refuses it on every pod, the webhook on the pods it sees.
+DRA_RESOURCE = f"deviceclass.resource.kubernetes.io/{names.DRA_DEVICE_CLASS}"
+
+
+def _asking(name: str, where: str) -> dict[str, Any]:
+    return {"name": name, "image": "busybox", "resources": {where: {DRA_RESOURCE: "1"}}}
+
+
+@pytest.mark.parametrize("where", ["limits", "requests"])
+def test_the_device_class_as_an_extended_resource_is_refused(
+    make_pod: PodFactory, offered: OfferedTemplates, where: str
+) -> None:
+    pod = make_pod(
+        containers=["app", _asking("main", where)], init_containers=[_asking("i", where)]
+    )
+    (problem,) = validate_pod(pod, offered)
+    assert problem.startswith(f"container main, init container i: resources {DRA_RESOURCE} "), (
+        problem
+    )
+    assert "not supported for vNPUs" in problem
+    assert f"requests.{names.RES_VNPUS}" in problem
+    assert names.ANN_TEMPLATE in problem
+    assert "ResourceClaim" in problem
+    # ... also when the inventory is not known yet: the refusal needs none.
+    assert validate_pod(pod, None) == [problem]
+
+
+def test_pod_level_resources_naming_the_class_are_refused(
+    make_pod: PodFactory, offered: OfferedTemplates
+) -> None:
+    pod = make_pod(resources={"limits": {DRA_RESOURCE: "1", "cpu": "1"}})
+    (problem,) = validate_pod(pod, offered)
+    assert problem.startswith(f"pod: resources {DRA_RESOURCE} ")
+
+
+def test_other_resources_and_other_classes_pass(
+    make_pod: PodFactory, offered: OfferedTemplates
+) -> None:
+    other = {
+        "name": "main",
+        "image": "busybox",
+        "resources": {
+            "limits": {"deviceclass.resource.kubernetes.io/gpu.example.com": "1", "cpu": "1"},
+            "claims": [{"name": "npu"}],
+        },
+    }
+    assert validate_pod(make_pod(containers=[other]), offered) == []
+    # Bad shapes are the API server's to refuse, not a crash here.
+    odd = make_pod(containers=[{"name": "x", "resources": ["no"]}, "y"], resources="z")
+    assert validate_pod(odd, offered) == []
+
+
+def test_the_webhooks_refuse_the_class_as_an_extended_resource(
+    make_pod: PodFactory, offered: OfferedTemplates
+) -> None:
+    pod = make_pod(containers=[_asking("main", "limits")])
+    for decide in (decide_mutation, decide_validation):
+        decision = decide(pod, offered)
+        assert not decision.allowed
+        (problem,) = decision.problems
+        assert problem.startswith(f"container main: resources {DRA_RESOURCE} ")
