@@ -17,11 +17,18 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from vnpu_agent import modes
 from vnpu_agent.config import AgentSettings, parse_args
 from vnpu_agent.dra import plugin as dra_plugin
 from vnpu_agent.dra.plugin import KubeletPlugin
 from vnpu_agent.dra.prepare import ApiClaimReader
-from vnpu_agent.dra.publisher import ResourceApiMissingError, SliceApi
+from vnpu_agent.dra.publisher import (
+    PoolPublisher,
+    ResourceApiMissingError,
+    SliceApi,
+    SliceWatcher,
+    delete_pools,
+)
 from vnpu_agent.drivers.base import Driver
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.leases import LeaseRenewer
@@ -170,6 +177,7 @@ class Agent:
                 slice_api=slice_api, resync_phase=i / len(s.nodes),
             )  # fmt: skip
         self.metrics.watch(lambda: list(self.nodes.values()))
+        pools = {n: a.pool for n, a in self.nodes.items() if a.pool is not None}
         plugin = await self._kubelet_plugin()
         runner = await self.serve_http()
         log.info(
@@ -185,9 +193,14 @@ class Agent:
             asyncio.create_task(memory.trimmer().run(), name="memory-trim"),
             # Its nodes' state, loaded by then, lives as long as the process.
             asyncio.create_task(gcfreeze.Freezer(watcher.synced).run(), name="gc-freeze"),
-            *(asyncio.create_task(a.run(), name=f"node-{n}") for n, a in self.nodes.items()),
         ]
         try:
+            # The nodes are served only once their allocations say this mode
+            # is theirs (modes.py): a refused switch changes nothing.
+            await self._check_modes(watcher, tasks)
+            tasks += [asyncio.create_task(a.run(), name=f"node-{n}") for n, a in self.nodes.items()]
+            # After the mode check: a refused switch keeps the pool its claims need.
+            tasks += self._dra_tasks(slice_api, pools)
             await asyncio.gather(*tasks)
         finally:
             for t in tasks:
@@ -199,6 +212,52 @@ class Agent:
             if plugin is not None:
                 await plugin.stop()
             await self.api_client.close()
+
+    async def _check_modes(
+        self, watcher: AllocationWatcher, tasks: list[asyncio.Task[Any]]
+    ) -> None:
+        """Waits for the allocation view, then raises ModeConflictError if a
+        node holds live allocations of the front-end this agent does not serve."""
+        synced = asyncio.create_task(watcher.synced.wait(), name="synced")
+        try:
+            done, _ = await asyncio.wait([synced, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            synced.cancel()
+        if synced not in done:
+            return  # a task ended first: gather reports it
+        problems = [
+            why
+            for node, agent in self.nodes.items()
+            if (why := modes.conflict(node, self.settings.dra, agent.allocs.values())) is not None
+        ]
+        if problems:
+            raise modes.ModeConflictError("; ".join(problems))
+
+    def _dra_tasks(
+        self, slice_api: SliceApi | None, pools: dict[str, PoolPublisher]
+    ) -> list[asyncio.Task[None]]:
+        """With --dra, the watch that puts the pools back within seconds
+        (dra/publisher.SliceWatcher); without, the node leaves DRA: its pool,
+        if it has one, is deleted once."""
+        assert self.api_client is not None
+        s = self.settings
+        if slice_api is not None:
+            watcher = SliceWatcher(
+                slice_api, pools,
+                timeout_seconds=s.watch_timeout_seconds, retry_max_seconds=s.retry_max_seconds,
+            )  # fmt: skip
+            return [asyncio.create_task(watcher.run(), name="watch-resourceslices")]
+        api = SliceApi(self.api_client, self.metrics.api_errors)
+
+        async def leave() -> None:
+            try:
+                await delete_pools(api, s.nodes, written=self.metrics.dra_pool_write)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("the DRA pools of %s not deleted: %s", ", ".join(s.nodes), exc)
+
+        return [asyncio.create_task(leave(), name="leave-dra")]
 
     async def _kubelet_plugin(self) -> KubeletPlugin | None:
         """With --dra and --node-name: the node's kubelet plugin, serving
@@ -256,7 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(asyncio.CancelledError):
             await agent.run()
 
-    eventloop.run(runner())
+    try:
+        eventloop.run(runner())
+    except modes.ModeConflictError as exc:
+        log.error("refusing to serve: %s", exc)
+        return 2
     faulthandler.cancel_dump_traceback_later()
     log.info("stopped")
     return 0
