@@ -98,6 +98,21 @@ class OperatorMetrics:
             "vNPU pods evicted to make room for a pod of higher priority.",
             registry=self.registry,
         )
+        # Written by dra.claims.ClaimController and dra.pools.DeadPools (docs/DRA.md).
+        self.dra_claims_refused = Counter(
+            f"{PREFIX}_dra_claims_refused_total",
+            "ResourceClaim devices the operator failed back to the scheduler (binding-failure "
+            "condition written), by reason: AgentDown, NotDRANode, UnknownDevice, Cordoned, "
+            "Unhealthy, NoCapacity, NoFreeId, ClaimDeleting.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.dra_slices_deleted = Counter(
+            f"{PREFIX}_dra_slices_deleted_total",
+            "ResourceSlices of driver vnpu.io the operator deleted because their node's agent "
+            "Lease expired (the agent publishes them again when it is back).",
+            registry=self.registry,
+        )
         # Written by kubeapi.OperatorApi, through vnpu_common.apiwrites.
         self.api_errors = error_counter(
             PREFIX,

@@ -16,6 +16,7 @@ from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
 from vnpu_operator.dra.claimapi import ClaimApi
 from vnpu_operator.dra.claims import ClaimController
+from vnpu_operator.dra.pools import DeadPools, PoolApi
 from vnpu_operator.inventories import Inventories
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leader import Leadership
@@ -39,17 +40,39 @@ def build_claims(
 ) -> ClaimController:
     """The DRA front-end: books in the pod controller's ledger and acts only
     once its caches are synced, and only while this replica leads (its
-    writes are fenced as the pod controller's are)."""
+    writes are fenced as the pod controller's are). A DRA node that stops
+    being live loses its pool and its claims' vNPUs not ready yet."""
+    fence = leadership.check if leadership else None
+    settings = controller.settings
+    pools = DeadPools(
+        PoolApi(api_client, metrics.api_errors, fence),
+        controller.ledger,
+        agent_namespace=settings.agent_namespace,
+        grace_seconds=settings.lease_grace_seconds,
+        retry_max_seconds=settings.retry_max_seconds,
+        ready=controller.is_synced,
+        deleted=metrics.dra_slices_deleted,
+    )
     claims = ClaimController(
         api,
-        ClaimApi(api_client, metrics.api_errors, leadership.check if leadership else None),
+        ClaimApi(api_client, metrics.api_errors, fence),
         controller.ledger,
         ready=controller.is_synced,
-        retry_max_seconds=controller.settings.retry_max_seconds,
+        retry_max_seconds=settings.retry_max_seconds,
+        expect=controller.expect,
+        metrics=metrics,
+        pools=pools,
     )
     if leadership is not None:
         claims.leading = leadership.leading
         leadership.on_change(claims.lead, lambda: None)
+    lost = controller.inventories.lost
+
+    def node_lost(node: str, why: str) -> None:
+        lost(node, why)
+        claims.node_lost(node)
+
+    controller.inventories.lost = node_lost
     return claims
 
 

@@ -57,6 +57,7 @@ class ClaimApi:
     ) -> None:
         """`fence`: as OperatorApi's (only the leader writes)."""
         self.resource = client.ResourceV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
         self._writes = Writes(errors, fence)
 
     async def get(self, namespace: str, name: str) -> Raw | None:
@@ -70,6 +71,25 @@ class ClaimApi:
                 return None
             raise
         return claim
+
+    async def get_allocation(self, key: str) -> Raw | None:
+        """A read, not a write: the VNPUAllocation `namespace/name`, or None if
+        there is none (to settle a create whose outcome was unknown)."""
+        namespace, _, name = key.partition("/")
+        try:
+            obj: Raw = await call_json(
+                self.custom.get_namespaced_custom_object,
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                names.ALLOCATION_PLURAL,
+                name,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj
 
     async def set_device_statuses(
         self, namespace: str, name: str, devices: Sequence[Mapping[str, Any]]

@@ -4,7 +4,17 @@ from caches of the claims of our driver and the allocations that name them.
 It writes through the same services as the pod controller (allocations by
 `OperatorApi`, ids from the same `Ledger`), so a claim's vNPU is declared,
 booked and released exactly as an annotated pod's; what to do is
-`plan.plan`'s call, which vNPU id `plan.pick_vnpu_id`'s.
+`plan.plan`'s call, which vNPU id (or why none) `plan.pick_vnpu_id`'s.
+
+Each device's id is chosen and booked in the ledger in one synchronous step,
+so the claim's next device, and every other claim or pod, sees the booking.
+A create whose outcome is unknown (no answer, a timeout, a 5xx) keeps its
+booking, as an expected create (podstate.Expectations, the pod controller's
+record of writes the watch has yet to show): the allocation may exist, and
+its id must not be handed out twice. The watch delivering it settles it;
+otherwise the claim's next reconcile reads it, and only a NotFound gives the
+booking back. A definite refusal (a 4xx, or a write the leader fence kept
+unsent) gives it back at once.
 """
 
 from __future__ import annotations
@@ -16,23 +26,28 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import names
+from vnpu_common.apiwrites import FencedWrite
 from vnpu_common.backoff import Backoff
 from vnpu_common.informer import key_of
 from vnpu_common.types import Raw
 from vnpu_common.workqueue import RetryLater, WorkQueue
 from vnpu_operator.dra.claimapi import ClaimApi
 from vnpu_operator.dra.plan import (
+    AGENT_DOWN,
     AllocInfo,
     ClaimDevice,
     ClaimView,
+    Refusal,
     alloc_info,
     claim_view,
     pick_vnpu_id,
     plan,
 )
+from vnpu_operator.dra.pools import DeadPools
 from vnpu_operator.kubeapi import OperatorApi
+from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.placement import Allocation, Ledger
-from vnpu_operator.placement.capacity import NodeState
+from vnpu_operator.podstate import Expectations, Write
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +80,16 @@ def is_ours(claim: Mapping[str, Any]) -> bool:
     slim = slim_claim(claim)
     status = slim["status"]
     return bool(status["allocation"]["devices"]["results"] or status["devices"])
+
+
+def never_written(exc: BaseException) -> bool:
+    """Whether a failed create certainly left nothing behind: the API server
+    refused it (a 4xx: 403 by a policy, 422 invalid, 404 namespace gone, 429
+    throttled before any work), or the leader fence kept it unsent. Anything
+    else (no answer, a reset, a timeout, a 5xx) may have stored it."""
+    if isinstance(exc, FencedWrite):
+        return True
+    return isinstance(exc, ApiException) and 400 <= exc.status < 500
 
 
 def allocation_body(view: ClaimView, device: ClaimDevice, vnpu_id: int) -> Raw:
@@ -121,16 +146,27 @@ class ClaimController:
         ready: Callable[[], bool],
         retry_max_seconds: float,
         leading: Callable[[], bool] = lambda: True,
+        expect: Expectations | None = None,
+        metrics: OperatorMetrics | None = None,
+        pools: DeadPools | None = None,
     ) -> None:
         """`ready()`: the pod controller's caches are synced, so the ledger
         holds every allocation and node (no id is chosen before);
         `leading()`: this replica leads (leader.Leadership): a standby keeps
-        its caches and reconciles nothing."""
+        its caches and reconciles nothing; `expect`: the pod controller's
+        record of writes whose effect the watch has yet to show (shared, so
+        both see one create in flight); `metrics`: where refusals are counted;
+        `pools`: deletes the pools of DRA nodes whose agent is not live."""
         self.api = api
         self.claims_api = claims_api
         self.ledger = ledger
         self.ready = ready
         self.leading = leading
+        self.expect = expect if expect is not None else Expectations()
+        self.metrics = metrics
+        self.pools = pools
+        if pools is not None:
+            pools.leading = lambda: self.leading()
         self.claims: dict[str, Raw] = {}
         # Claim key -> allocation key -> what the plan reads of it.
         self.allocs: dict[str, dict[str, AllocInfo]] = {}
@@ -168,6 +204,19 @@ class ClaimController:
         and on becoming the leader)."""
         for key in sorted(set(self.claims) | set(self.allocs)):
             self.kick(key)
+        if self.pools is not None and self.listed and self.leading():
+            self.pools.sweep()
+
+    def node_lost(self, node: str) -> None:
+        """The node's agent stopped being live (or its Node went): its pool
+        goes (DeadPools), and its claims whose vNPUs are not ready yet are
+        given back (reconcile)."""
+        if self.pools is not None and self.leading():
+            self.pools.node_lost(node)
+        for key, claim in sorted(self.claims.items()):
+            results = claim["status"]["allocation"]["devices"]["results"]
+            if any(r.get("pool") == node for r in results):
+                self.kick(key)
 
     def allocation_event(self, deleted: bool, obj: Raw) -> None:
         info = alloc_info(obj)
@@ -176,6 +225,8 @@ class ClaimController:
         meta = obj.get("metadata") or {}
         claim = (obj.get("spec") or {}).get("claim") or {}
         key = f"{meta.get('namespace', '')}/{claim.get('name', '')}"
+        # What the watch shows settles a create in flight, whatever its answer said.
+        self.expect.seen(Write.CREATE, info.key)
         bucket = self.allocs.setdefault(key, {})
         if deleted:
             bucket.pop(info.key, None)
@@ -196,6 +247,7 @@ class ClaimController:
             return  # a standby: the leader reconciles (and kicks all on taking over)
         if not self.ready():
             raise RetryLater("the operator's caches are not synced yet")
+        await self._settle(key)
         infos = list(self.allocs.get(key, {}).values())
         claim = self.claims.get(key)
         if claim is None and infos:
@@ -204,64 +256,149 @@ class ClaimController:
             namespace, _, name = key.partition("/")
             claim = await self.claims_api.get(namespace, name)
         view = claim_view(claim) if claim is not None else None
-        ids, refusals = self._choose(view, infos)
+        refusals = self._unservable(view, infos)
+        booked = self._book(view, infos, refusals)
         todo = plan(view, infos, refusals)
-        for alloc_key in todo.release:
-            log.info("claim %s: releasing allocation %s", key, alloc_key)
-            await self.api.delete_allocation(alloc_key)
-        for device in todo.create:
-            assert view is not None  # plan creates only for a claim that exists
-            await self._create(view, device, ids[device.device])
+        sent: set[str] = set()
+        try:
+            for alloc_key in todo.release:
+                log.info("claim %s: releasing allocation %s", key, alloc_key)
+                await self.api.delete_allocation(alloc_key)
+            if view is not None:
+                creating = [d for d in todo.create if d.device in booked]
+                await self._create_all(view, creating, booked, sent)
+        finally:
+            # Booked but never sent (a failed release first, a cancelled
+            # reconcile): nothing was written, so nothing is held.
+            for device, allocation in booked.items():
+                if device not in sent:
+                    self._unbook(key, allocation.key)
         if todo.statuses is not None and view is not None:
             await self.claims_api.set_device_statuses(view.namespace, view.name, todo.statuses)
+            for device, refusal in sorted(todo.refused.items()):
+                log.info("claim %s: device %s refused (%s): %s",
+                         key, device, refusal.reason, refusal.message)  # fmt: skip
+                if self.metrics is not None:
+                    self.metrics.dra_claims_refused.labels(refusal.reason).inc()
 
-    def _choose(
-        self, view: ClaimView | None, infos: list[AllocInfo]
-    ) -> tuple[dict[str, int], dict[str, str]]:
-        """A vNPU id for each allocated device that has no allocation yet, or
-        why it can have none."""
-        ids: dict[str, int] = {}
-        refusals: dict[str, str] = {}
-        if view is None or view.deleting:
-            return ids, refusals
-        have = {i.device for i in infos if i.claim_uid == view.uid}
-        states: dict[str, NodeState | None] = {}
+    async def _settle(self, key: str) -> None:
+        """Reads each allocation of the claim whose create had no clear
+        answer and that the watch has not shown yet (an expected create):
+        one that is absent was never created, and its booking goes; one that
+        exists stays booked, and the watch brings it."""
+        for alloc_key in sorted(self.allocs.get(key, {})):
+            if not self.expect.pending(Write.CREATE, alloc_key):
+                continue
+            found = await self.claims_api.get_allocation(alloc_key)
+            if not self.expect.pending(Write.CREATE, alloc_key):
+                continue  # the watch told meanwhile
+            self.expect.seen(Write.CREATE, alloc_key)
+            if found is None:
+                log.info("claim %s: allocation %s was never created; its booking goes",
+                         key, alloc_key)  # fmt: skip
+                self._unbook(key, alloc_key)
+
+    def _unbook(self, key: str, alloc_key: str) -> None:
+        self.ledger.remove_allocation(alloc_key)
+        self.expect.seen(Write.CREATE, alloc_key)
+        bucket = self.allocs.get(key)
+        if bucket is not None:
+            bucket.pop(alloc_key, None)
+            if not bucket:
+                del self.allocs[key]
+
+    def _unservable(self, view: ClaimView | None, infos: list[AllocInfo]) -> dict[str, Refusal]:
+        """Devices whose allocation will not be ready: pending on a node whose
+        agent is not live. Left waiting, the pod would sit in the scheduler's
+        PreBind until its timeout (10 minutes); failed, the claim goes back
+        at once (a ready one is never failed: its pod may run)."""
+        refusals: dict[str, Refusal] = {}
+        if view is None:
+            return refusals
+        mine = {i.device: i for i in infos if i.claim_uid == view.uid and not i.deleting}
         for device in view.devices:
-            if device.device in have:
+            info = mine.get(device.device)
+            if info is None or info.phase in (names.PHASE_READY, names.PHASE_FAILED):
                 continue
-            if device.pool not in states:
-                states[device.pool] = self.ledger.node_state(device.pool)
-            state = states[device.pool]
-            if state is not None and not state.inventory.status.dra:
-                refusals[device.device] = f"node {device.pool} does not serve DRA (agent --dra)"
-                continue
-            chosen = pick_vnpu_id(state, device.device)
-            if isinstance(chosen, str):
-                refusals[device.device] = chosen
-            else:
-                ids[device.device] = chosen
-                if state is not None:
-                    state.used_ids.add(chosen)
-        return ids, refusals
+            inventory = self.ledger.node(device.pool)
+            if inventory is not None and not inventory.live:
+                refusals[device.device] = Refusal(
+                    AGENT_DOWN,
+                    f"the vnpu-agent of node {device.pool} is not live (its Lease "
+                    f"{names.lease_name(device.pool)} expired, or the Node is gone) before "
+                    f"allocation {info.key} was ready; check the vnpu-agent pod on {device.pool}",
+                )
+        return refusals
 
-    async def _create(self, view: ClaimView, device: ClaimDevice, vnpu_id: int) -> None:
-        body = allocation_body(view, device, vnpu_id)
-        booked = Allocation.from_api(body)
-        # Booked before the write, as placement books: a second claim on the
-        # node must not get the same id while this one is on its way.
-        self.ledger.add_allocation(booked)
-        try:
-            await self.api.create_allocation(body)
-        except BaseException:
-            self.ledger.remove_allocation(booked.key)
-            raise
+    def _book(
+        self, view: ClaimView | None, infos: list[AllocInfo], refusals: dict[str, Refusal]
+    ) -> dict[str, Allocation]:
+        """Chooses and books, one device at a time, a vNPU id for each
+        allocated device that has no allocation yet; records in `refusals`
+        why a device can have none. Each choice reads the node's capacity
+        after the previous booking, so two devices of one claim (or any two
+        writers) never get one id."""
+        booked: dict[str, Allocation] = {}
+        if view is None or view.deleting:
+            return booked  # a deleting claim gets no new vNPU (plan refuses its devices)
+        have = {i.device for i in infos if i.claim_uid == view.uid}
+        for device in view.devices:
+            if device.device in have or device.device in refusals:
+                continue
+            chosen = pick_vnpu_id(self.ledger.node_state(device.pool), device.device, device.pool)
+            if isinstance(chosen, Refusal):
+                refusals[device.device] = chosen
+                continue
+            allocation = Allocation.from_api(allocation_body(view, device, chosen))
+            self.ledger.add_allocation(allocation)
+            booked[device.device] = allocation
+        return booked
+
+    async def _create_all(
+        self,
+        view: ClaimView,
+        devices: list[ClaimDevice],
+        booked: dict[str, Allocation],
+        sent: set[str],
+    ) -> None:
+        """Creates the booked devices' allocations, each on its own: one that
+        fails neither undoes nor stops another, so a two-device claim never
+        loses the first device's booking to the second's failure. `sent`
+        gets each device tried. The first failure is raised once all were
+        tried (the claim is reconciled again)."""
+        failure: Exception | None = None
+        for device in devices:
+            sent.add(device.device)
+            try:
+                await self._create(view, device, booked[device.device])
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    async def _create(self, view: ClaimView, device: ClaimDevice, booked: Allocation) -> None:
+        body = allocation_body(view, device, booked.vnpu_id)
         # Seen as created until the watch delivers it: a reconcile in between
         # must not create it again under another id.
         self.allocs.setdefault(view.key, {})[booked.key] = AllocInfo(
             key=booked.key, claim_uid=view.uid, device=device.device,
             phase=None, message="", deleting=False,
         )  # fmt: skip
+        try:
+            await self.api.create_allocation(body)
+        except BaseException as exc:
+            if isinstance(exc, Exception) and never_written(exc):
+                self._unbook(view.key, booked.key)
+            else:
+                # It may exist: the id stays booked until the watch or a read says.
+                self.expect.sent(Write.CREATE, booked.key)
+                log.warning(
+                    "claim %s: creating allocation %s (vNPU %d on node %s) had no clear "
+                    "answer (%s); its booking is kept until it is seen or found absent",
+                    view.key, booked.key, booked.vnpu_id, device.pool, type(exc).__name__,
+                )  # fmt: skip
+            raise
         log.info(
             "claim %s: device %s -> allocation %s (vNPU %d on node %s)",
-            view.key, device.device, booked.key, vnpu_id, device.pool,
+            view.key, device.device, booked.key, booked.vnpu_id, device.pool,
         )  # fmt: skip

@@ -4,7 +4,11 @@ and the VNPUAllocations that name it (docs/DRA.md, "From claim to container").
 - Every device of our driver the scheduler allocated to the claim gets one
   allocation, named after the claim's UID and the device.
 - An allocation no allocated device of the claim names any more (the claim
-  was deallocated, deleted, or re-created under its name) is released.
+  was deallocated, is gone, or was re-created under its name with a new UID)
+  is released. A claim being deleted keeps its allocations while it still
+  lists their devices: it stays allocated and reserved for its pod until the
+  kubelet is done with it, and the kubelet may still prepare it. It gets no
+  new one: its devices without an allocation fail their binding instead.
 - Each allocated device's binding conditions follow its allocation: Ready
   sets `vnpu.io/vnpu-ready`, Failed sets `vnpu.io/vnpu-failed` (the scheduler
   then deallocates the claim and tries again). The claim's status is written
@@ -18,7 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vnpu_common import names
-from vnpu_operator.placement.capacity import NodeState, free_vnpu_id
+from vnpu_operator.placement.capacity import (
+    HEALTHY,
+    ChipState,
+    NodeState,
+    chip_obstacle,
+    free_vnpu_id,
+)
+from vnpu_operator.placement.reasons import Reason
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,32 @@ class AllocInfo:
     deleting: bool
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why a device of a claim gets no allocation. `reason`: a short CamelCase
+    word (the label of vnpu_operator_dra_claims_refused_total); `message`: what
+    the claim's binding-failure condition says, with what to look at."""
+
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# Refusal reasons (metric label values; never rename one).
+AGENT_DOWN = "AgentDown"
+NOT_DRA_NODE = "NotDRANode"
+UNKNOWN_DEVICE = "UnknownDevice"
+CORDONED = "Cordoned"
+UNHEALTHY = "Unhealthy"
+NO_CAPACITY = "NoCapacity"
+NO_FREE_ID = "NoFreeId"
+CLAIM_DELETING = "ClaimDeleting"
+# A refusal given as a bare message.
+REFUSED = "Refused"
+
+
 @dataclass
 class Plan:
     create: list[ClaimDevice] = field(default_factory=list)
@@ -73,6 +110,9 @@ class Plan:
     # Devices whose allocation is still going away under the same name: the
     # claim waits for it.
     blocked: list[str] = field(default_factory=list)
+    # Refused devices whose failure `statuses` writes for the first time
+    # (counted once the write went through).
+    refused: dict[str, Refusal] = field(default_factory=dict)
 
 
 def claim_view(claim: Mapping[str, Any]) -> ClaimView:
@@ -167,16 +207,19 @@ def _wanted(
 def plan(
     view: ClaimView | None,
     allocs: Iterable[AllocInfo],
-    refusals: Mapping[str, str] | None = None,
+    refusals: Mapping[str, str | Refusal] | None = None,
 ) -> Plan:
     """`view` None: the claim is gone. `refusals`: device -> why no allocation
-    can be made for it (an unknown node, no free vNPU id, a template the chip
-    does not offer), which fails the device's binding."""
-    refusals = refusals or {}
+    can be made for it, or why the one it has will never be ready (a node
+    whose agent is not live, no room on the chip, no free vNPU id, a cordoned
+    or unhealthy chip): it fails the device's binding, which gives the claim
+    back to the scheduler at once."""
+    refused = {
+        d: r if isinstance(r, Refusal) else Refusal(REFUSED, r) for d, r in (refusals or {}).items()
+    }
     out = Plan()
     by_device: dict[str, AllocInfo] = {}
-    live = view is not None and not view.deleting
-    wanted_devices = {d.device for d in view.devices} if view is not None and live else set()
+    wanted_devices = {d.device for d in view.devices} if view is not None else set()
     for alloc in allocs:
         current = view is not None and alloc.claim_uid == view.uid
         if current and alloc.device in wanted_devices:
@@ -185,21 +228,38 @@ def plan(
             out.release.append(alloc.key)
     if view is None:
         return out
-    for device in view.devices if live else ():
+    for device in view.devices:
         mine = by_device.get(device.device)
-        if device.device in refusals:
+        if device.device in refused:
             continue
         if mine is None:
-            out.create.append(device)
+            if view.deleting:
+                # A vNPU made now would only ever be destroyed again, and a
+                # create racing the claim's release is how a destroy ends up
+                # under a Prepare: the pod, if one waits, goes elsewhere.
+                refused[device.device] = Refusal(
+                    CLAIM_DELETING,
+                    f"ResourceClaim {view.key} is being deleted: no new vNPU is made for it; "
+                    "create a new claim for the pod",
+                )
+            else:
+                out.create.append(device)
         elif mine.deleting:
             out.blocked.append(device.device)
     statuses: list[dict[str, Any]] = []
     changed = False
-    for device in view.devices if live else ():
-        wanted = _wanted(device.device, by_device.get(device.device), refusals.get(device.device))
+    for device in view.devices:
+        refusal = refused.get(device.device)
+        wanted = _wanted(
+            device.device,
+            by_device.get(device.device),
+            None if refusal is None else str(refusal),
+        )
         have = view.conditions.get(device.device, {})
         if {t: have.get(t) for t in wanted} != wanted:
             changed = True
+            if refusal is not None:
+                out.refused[device.device] = refusal
         if wanted or device.device in view.listed:
             statuses.append(_entry(device, wanted, have))
     if {e["device"] for e in statuses} != set(view.listed):
@@ -229,22 +289,89 @@ def _entry(
     }
 
 
-def pick_vnpu_id(state: NodeState | None, device: str) -> int | str:
-    """The vNPU id of a new allocation for `device` on the node whose
-    capacity `state` is (with every allocation booked, releasing ones
-    included): the lowest free id of the device's chip, or why there is none."""
+def pick_vnpu_id(state: NodeState | None, device: str, node: str = "") -> int | Refusal:
+    """The vNPU id of a new allocation for `device` on `node`, whose capacity
+    in the ledger `state` is (every allocation booked, releasing ones
+    included, and every vNPU the node lists that no allocation declares:
+    foreign vNPUs, orphans, destroys the agent deferred): the lowest free id
+    of the device's chip, or why the device gets none. The chip is held to
+    the rules placement holds annotated pods to (capacity.chip_obstacle):
+    what the scheduler chose from the published pool is checked again here,
+    where cordons and health hold whatever the claim tolerates."""
+    node = node or (state.inventory.name if state is not None else "")
     parsed = names.parse_dra_device_name(device)
     if parsed is None:
-        return f"device {device} is not one the agent publishes"
+        return Refusal(UNKNOWN_DEVICE, f"device {device} is not one the agent publishes")
+    lease = names.lease_name(node)
     if state is None:
-        return "the node publishes no VNPUNode (its agent is not running)"
+        return Refusal(
+            AGENT_DOWN,
+            f"node {node} publishes no VNPUNode (its agent is not running): "
+            f"check the vnpu-agent pod on {node} and its Lease {lease}",
+        )
+    inventory = state.inventory
+    if not inventory.status.dra:
+        return Refusal(
+            NOT_DRA_NODE,
+            f"node {node} does not serve DRA (its vnpu-agent runs without --dra, chart value "
+            "agent.dra): its ResourceSlices are stale; delete them or run the agent with --dra",
+        )
+    if not inventory.live:
+        return Refusal(
+            AGENT_DOWN,
+            f"the vnpu-agent of node {node} is not live (its Lease {lease} expired, or the Node "
+            f"is gone): no vNPU can be made there; check the vnpu-agent pod on {node}",
+        )
     chip_index, template, _ = parsed
-    chip = next((c for c in state.inventory.status.chips if c.index == chip_index), None)
+    chip = state.chips.get(chip_index)
     if chip is None:
-        return f"the node has no chip {chip_index}"
-    if template not in state.inventory.offers.get(chip_index, {}):
-        return f"chip {chip_index} does not offer template {template}"
-    found = free_vnpu_id(chip, state.used_ids)
-    if found is None:
-        return f"no free vNPU id on chip {chip_index}"
-    return found
+        return Refusal(
+            UNKNOWN_DEVICE,
+            f"node {node} has no chip {chip_index} (kubectl get vnpunode {node} -o yaml)",
+        )
+    where = f"chip {chip_index} of node {node}"
+    if chip.cordoned is not None:
+        return Refusal(
+            CORDONED,
+            f"{where} is cordoned by an admin ({chip.cordoned}): no new vNPU goes there, "
+            f"whatever the claim tolerates; uncordon it in spec.cordonedChips of VNPUNode {node}",
+        )
+    if chip.chip.health != HEALTHY:
+        return Refusal(
+            UNHEALTHY,
+            f"{where} is {chip.chip.health}: no new vNPU goes there, whatever the claim "
+            f"tolerates; see the chip's health in kubectl get vnpunode {node} -o yaml",
+        )
+    obstacle = chip_obstacle(chip, template, None, state.used_ids)
+    if obstacle is None:
+        found = free_vnpu_id(chip.chip, state.used_ids)
+        if found is not None:
+            return found
+        obstacle = Reason.NO_FREE_VNPU_ID
+    if obstacle is Reason.TEMPLATE_NOT_OFFERED:
+        return Refusal(
+            UNKNOWN_DEVICE,
+            f"{where} does not offer template {template} (kubectl get vnpunode {node} -o yaml)",
+        )
+    if obstacle is Reason.NO_FREE_VNPU_ID:
+        return Refusal(NO_FREE_ID, f"no free vNPU id on {where}{_held(chip, node)}")
+    return Refusal(
+        NO_CAPACITY,
+        f"{where} has no room for a {template} in the operator's ledger "
+        f"({obstacle.label}){_held(chip, node)}",
+    )
+
+
+def _held(chip: ChipState, node: str) -> str:
+    """What holds a chip, and where to look: the vNPUs no allocation declares
+    are what the published pool cannot show the scheduler."""
+    held = f": {chip.allocated} vNPU(s) booked by allocations"
+    if chip.orphans:
+        held += (
+            f" and {chip.orphans} that no allocation declares (foreign vNPUs, orphans in "
+            "their grace period, destroys the agent deferred)"
+        )
+    return (
+        f"{held}; the scheduler chooses another device. kubectl get vnpunode {node} -o yaml "
+        f"lists the chip's vNPUs, kubectl get vnpuallocations -A -o wide the bookings"
+    )

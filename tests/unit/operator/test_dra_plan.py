@@ -10,14 +10,16 @@ from tests.unit.placement.placement_helpers import chip, node
 
 from vnpu_common import names
 from vnpu_operator.dra.plan import (
+    CLAIM_DELETING,
     AllocInfo,
     ClaimDevice,
+    Refusal,
     alloc_info,
     claim_view,
     pick_vnpu_id,
     plan,
 )
-from vnpu_operator.placement import Allocation, Ledger
+from vnpu_operator.placement import Allocation, Ledger, NodeInventory
 
 DEV0 = names.dra_device_name(0, "vir05_1c_16g", 0)
 DEV1 = names.dra_device_name(0, "vir05_1c_16g", 1)
@@ -107,12 +109,51 @@ def test_a_deallocated_claim_releases_and_clears_its_conditions() -> None:
     assert todo.create == []
 
 
-def test_a_gone_or_deleting_claim_releases_everything() -> None:
+def test_a_gone_claim_releases_everything() -> None:
     allocs = [alloc(DEV0, names.PHASE_READY), alloc(DEV1, names.PHASE_PENDING)]
     assert sorted(plan(None, allocs).release) == sorted(a.key for a in allocs)
-    deleting = plan(claim_view(claim(DEV0, DEV1, deleting=True)), allocs)
-    assert sorted(deleting.release) == sorted(a.key for a in allocs)
+
+
+def test_a_deleting_claim_still_allocated_keeps_its_allocations_and_statuses() -> None:
+    """Issue 54 item 2: the claim stays allocated and reserved for its pod while
+    it is being deleted, and the kubelet may still prepare it: its vNPUs stay."""
+    allocs = [alloc(DEV0, names.PHASE_READY), alloc(DEV1, names.PHASE_PENDING)]
+    ready = plan(claim_view(claim(DEV0, DEV1)), allocs).statuses
+    deleting = plan(claim_view(claim(DEV0, DEV1, deleting=True, statuses=ready)), allocs)
+    assert deleting.release == []
     assert deleting.create == []
+    assert deleting.statuses is None  # nothing to change: the ready condition stays
+    # The pending one turning Ready still sets its condition.
+    both = [alloc(DEV0, names.PHASE_READY), alloc(DEV1, names.PHASE_READY)]
+    later = plan(claim_view(claim(DEV0, DEV1, deleting=True, statuses=ready)), both)
+    assert later.release == []
+    assert conditions(later.statuses, DEV1) == {names.DRA_COND_READY: "True"}
+    assert conditions(later.statuses, DEV0) == {names.DRA_COND_READY: "True"}
+
+
+def test_a_deleting_claim_gets_no_new_allocation_its_device_fails_instead() -> None:
+    kept = alloc(DEV0, names.PHASE_READY)
+    todo = plan(claim_view(claim(DEV0, DEV1, deleting=True)), [kept])
+    assert todo.create == []
+    assert todo.release == []
+    assert conditions(todo.statuses, DEV1)[names.DRA_COND_FAILED] == "True"
+    assert conditions(todo.statuses, DEV0) == {names.DRA_COND_READY: "True"}
+    assert {d: r.reason for d, r in todo.refused.items()} == {DEV1: CLAIM_DELETING}
+
+
+def test_a_deleting_claim_that_was_deallocated_releases() -> None:
+    allocs = [alloc(DEV0, names.PHASE_READY)]
+    todo = plan(claim_view(claim(deleting=True)), allocs)
+    assert todo.release == [allocs[0].key]
+
+
+def test_a_refusal_is_reported_once_for_the_metric() -> None:
+    refusal = Refusal("NoCapacity", "chip 0 of node n1 has no room")
+    first = plan(claim_view(claim(DEV0)), [], {DEV0: refusal})
+    assert first.refused == {DEV0: refusal}
+    again = plan(claim_view(claim(DEV0, statuses=first.statuses)), [], {DEV0: refusal})
+    assert again.statuses is None
+    assert again.refused == {}
 
 
 def test_a_claim_recreated_under_its_name_gets_new_allocations() -> None:
@@ -146,10 +187,16 @@ def test_only_claim_allocations_are_read() -> None:
     assert alloc_info(body) == AllocInfo("ns/a", "u", DEV0, "Releasing", "", True)
 
 
+def dra(inventory: NodeInventory) -> NodeInventory:
+    return replace(inventory, status=inventory.status.model_copy(update={"dra": True}))
+
+
 def test_the_vnpu_id_is_the_lowest_free_on_the_node() -> None:
     ledger = Ledger()
-    inv = node("n1", [chip("910B3", 0, id_range=(100, 103), vnpus=[(100, "vir05_1c_16g")])])
-    ledger.upsert_node(replace(inv, status=inv.status.model_copy(update={"dra": True})))
+    # 100 is listed by the node with no allocation (a foreign vNPU): taken too.
+    ledger.upsert_node(
+        dra(node("n1", [chip("910B3", 0, id_range=(100, 103), vnpus=[(100, "vir05_1c_16g")])]))
+    )
     ledger.add_allocation(Allocation("ns/x", "n1", 0, "vir05_1c_16g", 101, "p", "p"))
     assert pick_vnpu_id(ledger.node_state("n1"), DEV0) == 102
 
@@ -157,10 +204,10 @@ def test_the_vnpu_id_is_the_lowest_free_on_the_node() -> None:
 def test_no_vnpu_id_without_a_node_a_chip_a_template_or_a_free_id() -> None:
     ledger = Ledger()
     ledger.upsert_node(
-        node("n1", [chip("910B3", 0, id_range=(100, 100), vnpus=[(100, "vir05_1c_16g")])])
+        dra(node("n1", [chip("910B3", 0, id_range=(100, 100), vnpus=[(100, "vir05_1c_16g")])]))
     )
     state = ledger.node_state("n1")
-    assert "no VNPUNode" in str(pick_vnpu_id(None, DEV0))
+    assert "no VNPUNode" in str(pick_vnpu_id(None, DEV0, "n1"))
     assert "not one the agent publishes" in str(pick_vnpu_id(state, "gpu-0"))
     assert "no chip 3" in str(pick_vnpu_id(state, names.dra_device_name(3, "vir05_1c_16g", 0)))
     assert "does not offer" in str(pick_vnpu_id(state, names.dra_device_name(0, "vir99_9c", 0)))
