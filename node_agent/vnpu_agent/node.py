@@ -77,6 +77,7 @@ class NodeAgent:
                 retry_max_seconds=settings.retry_max_seconds,
                 verify_seconds=settings.dra_verify_seconds,
                 clock=lambda: self.clock(),
+                written=metrics.dra_pool_write,
             )
         )
         # self.clock is read at each call: it may be replaced (tests do).
@@ -146,6 +147,9 @@ class NodeAgent:
     async def on_event(self, kind: str, obj: Raw) -> None:
         """An event of the watch of the node's allocations."""
         await self.serving.on_event(kind, obj)
+        # What the node's vNPUs hold outside the scheduler's view moves with
+        # the allocations (one gone, a destroy deferred): the DRA pool's counters.
+        self.publisher.feed_pool()
 
     async def on_node_event(self, kind: str, obj: Raw) -> None:
         """An event of the VNPUNode watch for this node."""

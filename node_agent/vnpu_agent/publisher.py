@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vnpu_agent.config import AgentSettings
+from vnpu_agent.dra import slices
 from vnpu_agent.dra.publisher import PoolPublisher
 from vnpu_agent.driverview import DriverView
 from vnpu_agent.inventory import adds_vnpus, build_status, cordoned_chips, only_restates
@@ -24,7 +25,7 @@ from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.mirror import NodeMirror
 from vnpu_common import names
-from vnpu_common.api.models import VNPUNodeStatus
+from vnpu_common.api.models import ChipStatus, VNPUNodeStatus
 from vnpu_common.backoff import Backoff
 from vnpu_common.rawcall import describe
 from vnpu_common.types import Raw
@@ -52,8 +53,8 @@ class NodePublisher:
         clock: Callable[[], float],
         pool: PoolPublisher | None = None,
     ) -> None:
-        """`pool`: the node's DRA pool (--dra), told the chips and cordons
-        each time the status is built."""
+        """`pool`: the node's DRA pool (--dra), told the chips, cordons and
+        held capacity each time the status is built (feed_pool)."""
         self.node = node
         self.pool = pool
         self.view = view
@@ -76,6 +77,9 @@ class NodePublisher:
         self._force = False
         # Chip health as the VNPUNode's condition and Events last told it.
         self._health_told: dict[int, bool] = {}
+        # The chips and cordons of the last status built, for the pool.
+        self._pool_chips: list[ChipStatus] | None = None
+        self._pool_cordoned: list[int] = []
 
     def mark_dirty(self, at_least: float = 0.0, *, restates: bool = False) -> None:
         """Publishes soon, at most once per min interval (coalescing bursts).
@@ -133,10 +137,12 @@ class NodePublisher:
         )
         if self.pool is not None and view.ok:
             # The pool changes only with the chips' identity, health, totals
-            # and templates or the cordons; it compares and wakes its task.
+            # and templates, the cordons and the held capacity; it compares
+            # and wakes its task.
             parsed = VNPUNodeStatus.model_validate(status)
             parsed.resolve_templates()
-            self.pool.update(parsed.chips, cordoned)
+            self._pool_chips, self._pool_cordoned = parsed.chips, cordoned
+            self.feed_pool()
         if status == self._last_status and not self._force:
             self._released_since = None
             return
@@ -163,6 +169,19 @@ class NodePublisher:
         self._released_since = None
         self._force = False
         self.mirror.write_answered(obj, self.clock())
+
+    def feed_pool(self) -> None:
+        """Tells the DRA pool what the node's vNPUs hold that no allocated
+        device accounts for (slices.held_capacity), with the chips of the
+        last status built. Cheap, and a no-op when nothing it publishes
+        changed: called on every status built and every allocation event
+        (an allocation gone, or its destroy deferred, moves what is held
+        without a status write)."""
+        if self.pool is None or self._pool_chips is None:
+            return
+        present = (slices.Present(v.id, v.chip, v.template) for v in self.view.vnpus.values())
+        held = slices.held_capacity(self._pool_chips, present, self.allocs.values(), self.node)
+        self.pool.update(self._pool_chips, self._pool_cordoned, held)
 
     def _only_restated(self, status: dict[str, Any]) -> bool:
         """True, and the write put off, when `status` differs from the last

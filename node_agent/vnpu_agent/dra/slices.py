@@ -1,16 +1,27 @@
 """A DRA node's chips as the ResourceSlices of its pool (docs/DRA.md, "What
 the agent publishes"): a pure function of the chips the VNPUNode status
-lists, the node's cordoned chips, the node and the pool generation.
+lists, the node's cordoned chips, the capacity held outside the scheduler's
+view, the node and the pool generation.
 
 - One counter set per chip (`names.dra_counter_set`): its AICore, memory,
   AICPU and media totals and `vnpus`, the size of its vNPU id range (no
-  chip can hold more vNPUs than it has ids).
+  chip can hold more vNPUs than it has ids), each NET of what `held` says
+  the chip's vNPUs hold that no allocated device accounts for
+  (`held_capacity`): foreign vNPUs, orphans, vNPUs from before the node
+  served DRA, deferred destroys. The scheduler subtracts only what allocated
+  devices consume; without this it would keep choosing a chip whose room a
+  foreign vNPU took, and every create there would fail (issue 54, item 3).
 - One device per template instance that fits on the EMPTY chip:
   floor(min over the template's non-zero sizes of total / size) instances
   of each template, at most the id range; each consumes its template's sizes
-  and one `vnpus` from its chip's set. Devices describe empty chips, so a
-  vNPU created or destroyed changes no slice: the scheduler subtracts what
-  allocated devices consume from the counters.
+  and one `vnpus` from its chip's set. The list stays the empty chip's
+  whatever is held: the net counters are what stop the scheduler, so a vNPU
+  created or destroyed for a live claim changes no slice.
+- A cordoned or unhealthy chip offers NO device (its counter set stays):
+  a NoSchedule device taint is defeated by a request tolerating everything
+  (`tolerations: [{operator: Exists}]`), an absent device by nothing. The
+  claims already allocated there keep their devices: the kubelet and the
+  operator work from the claim's allocation, not from the slices.
 - Counter sets and devices never share a slice (resource.k8s.io/v1): at most
   8 sets per counter slice, at most 64 devices per device slice (the limit
   when devices consume counters or carry taints).
@@ -23,7 +34,8 @@ garbage collector deletes the pool with the node.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from vnpu_common import names
@@ -38,8 +50,6 @@ MAX_LABEL_LENGTH: Final = 63  # a device or counter set name: a DNS label
 
 KIND: Final = "ResourceSlice"
 PLURAL: Final = "resourceslices"
-TAINT_UNHEALTHY: Final = f"{names.GROUP}/unhealthy"
-TAINT_CORDONED: Final = f"{names.GROUP}/cordoned"
 
 # The slices' object names: <node>-vnpu-counters-<i> and <node>-vnpu-devices-<i>.
 _COUNTERS: Final = "counters"
@@ -78,20 +88,115 @@ def id_range_size(chip: ChipStatus) -> int:
     return max(chip.vnpu_id_max - chip.vnpu_id_min + 1, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Capacity of one chip that vNPUs hold and no allocated device of the
+    pool accounts for: what its counter set leaves out."""
+
+    aicore: int = 0
+    memory_mb: int = 0
+    aicpu: int = 0
+    media: int = 0
+    vnpus: int = 0
+
+    def __add__(self, other: Held) -> Held:
+        return Held(
+            self.aicore + other.aicore,
+            self.memory_mb + other.memory_mb,
+            self.aicpu + other.aicpu,
+            self.media + other.media,
+            self.vnpus + other.vnpus,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Present:
+    """A vNPU the driver lists, as the pool needs it."""
+
+    id: int
+    chip: int
+    template: str
+
+
+def _accounted(allocations: Iterable[Mapping[str, Any]], node: str) -> set[tuple[int, int, str]]:
+    """(chip, vNPU id, template) of the vNPUs the scheduler already counts:
+    named by a claim's allocation on `node` that is live, or being released
+    without its destroy deferred yet.
+
+    Being released: the claim no longer holds the device, so the scheduler
+    may give its room away, but the destroy normally follows within the same
+    reconcile (milliseconds). Counting it at once would write the pool twice
+    per release, for a window the agent's create path already rides out (a
+    create refused for capacity on a chip with a vNPU being freed is retried,
+    serving.py). Once the destroy is deferred (phase Releasing: the claim is
+    still prepared, the vNPU open, or the driver failing) it may last minutes,
+    and then it is held. An allocation of an annotated pod is never the
+    scheduler's: its vNPU is held."""
+    out: set[tuple[int, int, str]] = set()
+    for obj in allocations:
+        spec = obj.get("spec") or {}
+        if not spec.get("claim") or spec.get("nodeName") != node:
+            continue
+        releasing = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+        if releasing and (obj.get("status") or {}).get("phase") == names.PHASE_RELEASING:
+            continue
+        chip, vnpu_id = spec.get("chip"), spec.get("vnpuId")
+        if isinstance(chip, int) and isinstance(vnpu_id, int):
+            out.add((chip, vnpu_id, str(spec.get("template", ""))))
+    return out
+
+
+def held_capacity(
+    chips: Sequence[ChipStatus],
+    vnpus: Iterable[Present],
+    allocations: Iterable[Mapping[str, Any]],
+    node: str,
+) -> dict[int, Held]:
+    """Per chip, what its vNPUs hold that no allocated device accounts for
+    (see _accounted); chips holding nothing are left out. A vNPU of a template
+    the chip does not offer (made by hand, another tool's) holds the whole
+    chip: its sizes are unknown, and a chip offered as free would fail every
+    create."""
+    by_index = {c.index: c for c in chips}
+    accounted = _accounted(allocations, node)
+    out: dict[int, Held] = {}
+    for v in vnpus:
+        chip = by_index.get(v.chip)
+        if chip is None or (v.chip, v.id, v.template) in accounted:
+            continue
+        size = next((t for t in chip.templates or () if t.name == v.template), None)
+        if size is None:
+            one = Held(
+                chip.aicore_total,
+                chip.memory_total_mb,
+                chip.aicpu_total,
+                chip.media_total,
+                id_range_size(chip),
+            )
+        else:
+            one = Held(size.aicore, size.memory_mb, size.aicpu, size.media, 1)
+        out[v.chip] = out.get(v.chip, Held()) + one
+    return out
+
+
 def _quantity(value: int) -> dict[str, str]:
     # A counter's value is a Quantity; a plain integer is its canonical form.
-    return {"value": str(value)}
+    # Never below zero: held capacity beyond the totals (a driver listing more
+    # than the chip has) leaves nothing, not a negative Quantity.
+    return {"value": str(max(value, 0))}
 
 
-def counter_set(chip: ChipStatus) -> dict[str, Any]:
+def counter_set(chip: ChipStatus, held: Held | None = None) -> dict[str, Any]:
+    """The chip's counters: its totals less what `held` holds."""
+    h = held or Held()
     return {
         "name": names.dra_counter_set(chip.index),
         "counters": {
-            names.DRA_COUNTER_AICORE: _quantity(chip.aicore_total),
-            names.DRA_COUNTER_MEMORY: _quantity(chip.memory_total_mb),
-            names.DRA_COUNTER_AICPU: _quantity(chip.aicpu_total),
-            names.DRA_COUNTER_MEDIA: _quantity(chip.media_total),
-            names.DRA_COUNTER_VNPUS: _quantity(id_range_size(chip)),
+            names.DRA_COUNTER_AICORE: _quantity(chip.aicore_total - h.aicore),
+            names.DRA_COUNTER_MEMORY: _quantity(chip.memory_total_mb - h.memory_mb),
+            names.DRA_COUNTER_AICPU: _quantity(chip.aicpu_total - h.aicpu),
+            names.DRA_COUNTER_MEDIA: _quantity(chip.media_total - h.media),
+            names.DRA_COUNTER_VNPUS: _quantity(id_range_size(chip) - h.vnpus),
         },
     }
 
@@ -108,13 +213,19 @@ def _consumption(template: TemplateResources) -> dict[str, dict[str, str]]:
     return consumed
 
 
+def offers(chip: ChipStatus, *, cordoned: bool) -> bool:
+    """Whether the chip offers devices: healthy (not Unhealthy, not Unknown)
+    and not cordoned by an admin. Not a taint: a claim may tolerate any
+    taint, and the admin's cordon and the chip's health must hold whatever
+    a claim tolerates (DESIGN, section 5)."""
+    return chip.health == "Healthy" and not cordoned
+
+
 def chip_devices(chip: ChipStatus, *, cordoned: bool) -> list[dict[str, Any]]:
-    """The devices of one chip: every template instance that fits on it empty."""
-    taints = []
-    if chip.health != "Healthy":
-        taints.append({"key": TAINT_UNHEALTHY, "effect": "NoSchedule"})
-    if cordoned:
-        taints.append({"key": TAINT_CORDONED, "effect": "NoSchedule"})
+    """The devices of one chip: every template instance that fits on it
+    empty; none when it is cordoned or not healthy (offers)."""
+    if not offers(chip, cordoned=cordoned):
+        return []
     devices = []
     for template in chip.templates or ():
         for n in range(instances(chip, template)):
@@ -137,8 +248,6 @@ def chip_devices(chip: ChipStatus, *, cordoned: bool) -> list[dict[str, Any]]:
                 "bindingConditions": [names.DRA_COND_READY],
                 "bindingFailureConditions": [names.DRA_COND_FAILED],
             }
-            if taints:
-                device["taints"] = [dict(t) for t in taints]
             devices.append(device)
     return devices
 
@@ -170,15 +279,18 @@ def pool_slices(
     generation: int,
     *,
     node_uid: str | None = None,
+    held: Mapping[int, Held] | None = None,
 ) -> list[dict[str, Any]]:
     """The ResourceSlices of `node`'s pool at `generation`: counter slices
     first, then device slices, each named slice_name(node, ...). `node_uid`:
-    the Node object's uid, for the ownerReference (none without it). No chips:
+    the Node object's uid, for the ownerReference (none without it). `held`:
+    per chip, the capacity its counters leave out (held_capacity). No chips:
     no slices (a pool of none has nothing to count)."""
     ordered = sorted(chips, key=lambda c: c.index)
     off = set(cordoned)
+    held = held or {}
     counter_groups = [
-        [counter_set(c) for c in ordered[i : i + MAX_COUNTER_SETS_PER_SLICE]]
+        [counter_set(c, held.get(c.index)) for c in ordered[i : i + MAX_COUNTER_SETS_PER_SLICE]]
         for i in range(0, len(ordered), MAX_COUNTER_SETS_PER_SLICE)
     ]
     device_groups = _pack_devices(chip_devices(c, cordoned=c.index in off) for c in ordered)

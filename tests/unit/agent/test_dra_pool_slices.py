@@ -188,19 +188,26 @@ def test_a_chip_with_more_than_64_devices_is_split() -> None:
     assert [len(s["spec"].get("devices", [])) for s in pool] == [0, 64, 42]
 
 
-def test_unhealthy_and_cordoned_chips_taint_their_devices_only() -> None:
-    pool = slices.pool_slices([chip(0), chip(1, healthy=False), chip(2)], [1, 2], "n1", 1)
+def test_unhealthy_and_cordoned_chips_offer_no_device_and_keep_their_counters() -> None:
+    pool = slices.pool_slices(
+        [
+            chip(0),
+            chip(1, healthy=False),
+            chip(2),
+            chip(3).model_copy(update={"health": "Unknown"}),
+        ],
+        [1, 2],
+        "n1",
+        1,
+    )
     check_v1_limits(pool, "n1")
-    taints = {d["name"].split("-")[1]: d.get("taints") for d in devices(pool)}
-    assert taints["0"] is None
-    assert taints["1"] == [
-        {"key": "vnpu.io/unhealthy", "effect": "NoSchedule"},
-        {"key": "vnpu.io/cordoned", "effect": "NoSchedule"},
-    ]
-    assert taints["2"] == [{"key": "vnpu.io/cordoned", "effect": "NoSchedule"}]
-    # Tainted chips keep their devices and counters: nothing else moves.
-    assert len(devices(pool)) == 18
-    assert len(counter_sets(pool)) == 3
+    # Absent, not tainted: a request tolerating every taint finds nothing on
+    # chips 1 (unhealthy and cordoned), 2 (cordoned) or 3 (health unknown).
+    assert {d["name"].split("-")[1] for d in devices(pool)} == {"0"}
+    assert not any("taints" in d for d in devices(pool))
+    assert len(devices(pool)) == 6
+    # Their counter sets stay: devices already allocated there are still counted.
+    assert [c["name"] for c in counter_sets(pool)] == ["npu-0", "npu-1", "npu-2", "npu-3"]
 
 
 def test_vnpus_on_a_chip_change_nothing() -> None:
