@@ -21,7 +21,8 @@ help: ## list targets
 # The DRA plugin's gRPC modules, generated from the vendored .proto files (not committed;
 # node_agent/vnpu_agent/dra/protos/README.md). The Dockerfile runs the same script.
 PROTO_DIR := node_agent/vnpu_agent/dra/protos
-PROTOS := $(PROTO_DIR)/pluginregistration/v1/api.proto $(PROTO_DIR)/dra/v1/api.proto
+PROTOS := $(PROTO_DIR)/pluginregistration/v1/api.proto $(PROTO_DIR)/dra/v1/api.proto \
+	$(PROTO_DIR)/drahealth/v1/api.proto $(PROTO_DIR)/drahealth/v1alpha1/api.proto
 
 # Exactly the locked set (make lock): the lock's pip and build backend, the tested
 # dependencies, then the project itself with nothing more; then the generated stubs.

@@ -274,6 +274,10 @@ class Agent:
             s.node_name,
             ApiClaimReader(self.api_client),
             registered=pool.recheck if pool is not None else lambda: None,
+            # The health service's chips: as the driver view last read them.
+            chip_health=lambda: (
+                {c.index: c.healthy for c in agent.view.chips} if agent.view.ok else None
+            ),
         )
         # The plugin's last line of defense asks the node's allocations and
         # vNPUs before each Prepare (dra/prepare.DeviceGuard).

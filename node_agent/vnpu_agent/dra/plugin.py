@@ -3,27 +3,40 @@ plugin registry socket and the DRAPlugin service on the plugin's own socket
 (docs/DRA.md, "The kubelet plugin"). Thin adapters: what a call does is
 prepare.py's.
 
-The DRA server starts before the registration socket appears (the kubelet
-connects to the DRA socket as soon as it sees the registration); stale
+The DRA server (DRAPlugin, and DRAResourceHealth: health.py) starts before
+the registration socket appears (the kubelet connects to the DRA socket as
+soon as it sees the registration); stale
 sockets are removed first (ours, and those of earlier agents that nobody
 listens on any more), and both sockets carry the pod's UID when the agent
 knows it, so that during a rolling update the old and the new agent's
 sockets never collide (kubelet >= 1.33).
+
+The registration server runs in threads of its own (grpc's synchronous
+server), not on the agent's event loop: the kubelet probes a plugin by
+calling GetInfo and unregisters one that does not answer, and the loop is
+shared with everything else the agent does (a status built for many nodes,
+a checkpoint's fsync, any callback that overruns). Its answer is fixed at
+start, so it needs nothing from the loop; the kubelet's registration
+notice is handed to the loop (call_soon_threadsafe).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc import aio
 
 from vnpu_agent.config import AgentSettings
+from vnpu_agent.dra import health
 from vnpu_agent.dra.prepare import ClaimId, ClaimReader, Preparer
 from vnpu_agent.dra.protos.dra.v1 import api_pb2 as dra_pb2
 from vnpu_agent.dra.protos.pluginregistration.v1 import api_pb2 as reg_pb2
@@ -32,7 +45,10 @@ from vnpu_common import names
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
-SUPPORTED_VERSIONS = ("v1.DRAPlugin",)
+# What the registration advertises: the DRA service, and the health service
+# in both versions the kubelet speaks (1.37: v1 first, then v1alpha1; 1.36:
+# v1alpha1 only), as Go's helper does (kubeletplugin/draplugin.go).
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", *health.VERSIONS)
 REGISTRATION_SERVICE = reg_pb2.DESCRIPTOR.services_by_name["Registration"].full_name
 DRA_SERVICE = dra_pb2.DESCRIPTOR.services_by_name["DRAPlugin"].full_name
 
@@ -55,32 +71,45 @@ def sockets(driver: str, plugins_dir: Path, registry_dir: Path, pod_uid: str = "
 
 
 class RegistrationService:
+    """Served by grpc's synchronous server (`serve_registration`): its
+    methods run in its threads, never on the event loop."""
+
     def __init__(
-        self, driver: str, endpoint: Path, registered: Callable[[], None] = lambda: None
+        self,
+        driver: str,
+        endpoint: Path,
+        registered: Callable[[], None] = lambda: None,
+        *,
+        versions: Sequence[str] = SUPPORTED_VERSIONS,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        """`registered()` each time the kubelet accepts the plugin: the kubelet
-        deletes a driver's ResourceSlices while its plugin is not registered,
-        so the pool must be read back then."""
+        """`registered()` each time the kubelet accepts the plugin, on `loop`
+        (the agent's): the kubelet deletes a driver's ResourceSlices while
+        its plugin is not registered, so the pool must be read back then."""
         self.driver = driver
         self.endpoint = endpoint
         self.registered = registered
-
-    async def get_info(
-        self, _request: reg_pb2.InfoRequest, _context: aio.ServicerContext[object, object]
-    ) -> reg_pb2.PluginInfo:
-        return reg_pb2.PluginInfo(
+        self.loop = loop
+        self.info = reg_pb2.PluginInfo(
             type=PLUGIN_TYPE,
-            name=self.driver,
-            endpoint=str(self.endpoint),
-            supported_versions=list(SUPPORTED_VERSIONS),
+            name=driver,
+            endpoint=str(endpoint),
+            supported_versions=list(versions),
         )
 
-    async def notify_registration_status(
-        self, request: reg_pb2.RegistrationStatus, _context: aio.ServicerContext[object, object]
+    def get_info(self, _request: reg_pb2.InfoRequest, _context: Any) -> reg_pb2.PluginInfo:
+        return self.info
+
+    def notify_registration_status(
+        self, request: reg_pb2.RegistrationStatus, _context: Any
     ) -> reg_pb2.RegistrationStatusResponse:
         if request.plugin_registered:
             log.info("the kubelet registered DRA plugin %s", self.driver)
-            self.registered()
+            if self.loop is None:
+                self.registered()
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop closed: shutting down
+                    self.loop.call_soon_threadsafe(self.registered)
         else:
             log.error("the kubelet refused DRA plugin %s: %s", self.driver, request.error)
         return reg_pb2.RegistrationStatusResponse()
@@ -195,14 +224,27 @@ def remove_dead_sockets(paths: Sockets, driver: str) -> None:
             _remove_stale(path)
 
 
-async def _serve(handler: grpc.GenericRpcHandler, path: Path) -> aio.Server:
+async def _serve(handlers: Sequence[grpc.GenericRpcHandler], path: Path) -> aio.Server:
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(path)
     server = aio.server()
-    server.add_generic_rpc_handlers((handler,))
+    server.add_generic_rpc_handlers(tuple(handlers))
     if server.add_insecure_port(f"unix://{path}") == 0:
         raise OSError(f"cannot listen on {path}")
     await server.start()
+    return server
+
+
+def serve_registration(service: RegistrationService, path: Path) -> grpc.Server:
+    """The registration service on its socket, in threads of its own (two:
+    GetInfo and the registration notice are the kubelet's only calls)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(path)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dra-reg"))
+    server.add_generic_rpc_handlers((service.handler(),))
+    if server.add_insecure_port(f"unix://{path}") == 0:
+        raise OSError(f"cannot listen on {path}")
+    server.start()
     return server
 
 
@@ -215,34 +257,62 @@ class KubeletPlugin:
         preparer: Preparer,
         paths: Sockets,
         registered: Callable[[], None] = lambda: None,
+        *,
+        chip_health: Callable[[], Mapping[int, bool] | None] | None = None,
     ) -> None:
+        """`chip_health()`: the node's chips' health (index -> healthy; None
+        when the driver does not answer), for the health service; without
+        it the service is neither served nor advertised."""
         self.driver = driver
         self.preparer = preparer
         self.paths = paths
         self.registered = registered
-        self._servers: list[aio.Server] = []
+        self.health = (
+            None
+            if chip_health is None
+            else health.HealthService(
+                lambda: health.prepared_devices(preparer.checkpoint), chip_health
+            )
+        )
+        self._dra: aio.Server | None = None
+        self._registration: grpc.Server | None = None
 
     async def start(self) -> None:
         self.paths.dra.parent.mkdir(parents=True, exist_ok=True)
         self.paths.registration.parent.mkdir(parents=True, exist_ok=True)
         remove_dead_sockets(self.paths, self.driver)
-        dra = await _serve(DRAService(self.preparer).handler(), self.paths.dra)
-        self._servers.append(dra)
-        reg = RegistrationService(self.driver, self.paths.dra, self.registered)
-        self._servers.append(await _serve(reg.handler(), self.paths.registration))
-        log.info(
-            "DRA kubelet plugin %s serving %s, registered through %s",
+        handlers = [DRAService(self.preparer).handler()]
+        versions: list[str] = [SUPPORTED_VERSIONS[0]]
+        if self.health is not None:
+            handlers += self.health.handlers()
+            versions += list(health.VERSIONS)
+        self._dra = await _serve(handlers, self.paths.dra)
+        reg = RegistrationService(
             self.driver,
             self.paths.dra,
+            self.registered,
+            versions=versions,
+            loop=asyncio.get_running_loop(),
+        )
+        self._registration = serve_registration(reg, self.paths.registration)
+        log.info(
+            "DRA kubelet plugin %s serving %s (%s), registered through %s",
+            self.driver,
+            self.paths.dra,
+            ", ".join(versions),
             self.paths.registration,
         )
 
     async def stop(self, grace: float = 2.0) -> None:
         # Registration first: the kubelet stops sending calls to a plugin
         # whose registration socket is gone.
-        for server in reversed(self._servers):
-            await server.stop(grace)
-        self._servers.clear()
+        if self._registration is not None:
+            stopped = self._registration.stop(grace)
+            await asyncio.to_thread(stopped.wait, grace + 1.0)
+            self._registration = None
+        if self._dra is not None:
+            await self._dra.stop(grace)
+            self._dra = None
         _remove_stale(self.paths.registration)
         _remove_stale(self.paths.dra)
 
@@ -252,6 +322,7 @@ def for_node(
     node: str,
     reader: ClaimReader,
     registered: Callable[[], None] = lambda: None,
+    chip_health: Callable[[], Mapping[int, bool] | None] | None = None,
 ) -> tuple[Preparer, KubeletPlugin]:
     """The plugin of the node this agent serves, from its settings: the
     checkpoint in the node's state directory, the specs in the CDI directory."""
@@ -265,4 +336,5 @@ def for_node(
     paths = sockets(
         names.DRA_DRIVER, settings.dra_plugins_dir, settings.dra_registry_dir, settings.pod_uid
     )
-    return preparer, KubeletPlugin(names.DRA_DRIVER, preparer, paths, registered)
+    plugin = KubeletPlugin(names.DRA_DRIVER, preparer, paths, registered, chip_health=chip_health)
+    return preparer, plugin

@@ -7,7 +7,8 @@ this, with the grpcio-tools of build-requirements.txt.
 
 The include root is `node_agent/`, so the generated modules import each other as
 `vnpu_agent.dra.protos...`; the two files are both named api.proto upstream, and
-their directories keep them apart. Messages, services and packages are
+their directories keep them apart (`drahealth/` is upstream's `dra-health/`: a
+Python package name has no dash). Messages, services and packages are
 upstream's, so the wire names are the kubelet's.
 """
 
@@ -18,7 +19,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]  # node_agent/
-PROTOS = ("pluginregistration/v1/api.proto", "dra/v1/api.proto")
+PROTOS = (
+    "pluginregistration/v1/api.proto",
+    "dra/v1/api.proto",
+    "drahealth/v1/api.proto",
+    "drahealth/v1alpha1/api.proto",
+)
 
 
 def main() -> int:
