@@ -141,6 +141,10 @@ def test_rendered_manifests_pass_server_side_validation(plane: LocalPlane, names
 
 
 DRA_API = ("--api-versions", "resource.k8s.io/v1/DeviceClass")
+# DRA needs Kubernetes 1.36 (the chart refuses below); KUBE_VERSION is older.
+DRA_KUBE = ("--kube-version", "1.36.0")
+DRA_ON = ("--set", "agent.dra=true", *DRA_KUBE)
+SPLIT = ("--set-json", 'agent.draNodeSelector={"vnpu.io/mode":"dra"}', *DRA_KUBE)
 
 
 def test_dra_gives_the_agent_the_flag_its_rbac_and_the_device_class(
@@ -188,7 +192,7 @@ def test_dra_gives_the_agent_the_flag_its_rbac_and_the_device_class(
     assert "resourceslices" not in scoped(off)
     assert not [d for d in off if d["kind"] == "DeviceClass"]
 
-    on = render(plane, "--set", "agent.dra=true", *DRA_API)
+    on = render(plane, *DRA_ON, *DRA_API)
     assert agent_env(on)["VNPU_DRA"] == "true"
     rules = agent_rules(on)
     assert rules["resource.k8s.io/resourceslices"] == [
@@ -202,13 +206,13 @@ def test_dra_gives_the_agent_the_flag_its_rbac_and_the_device_class(
     assert cls["spec"]["selectors"] == [{"cel": {"expression": 'device.driver == "vnpu.io"'}}]
 
     # Not served (Kubernetes < 1.34, or not named to helm template): no class.
-    assert not [d for d in render(plane, "--set", "agent.dra=true") if d["kind"] == "DeviceClass"]
-    no_class = render(plane, "--set", "agent.dra=true", "--set", "dra.deviceClass=false", *DRA_API)
+    assert not [d for d in render(plane, *DRA_ON) if d["kind"] == "DeviceClass"]
+    no_class = render(plane, *DRA_ON, "--set", "dra.deviceClass=false", *DRA_API)
     assert not [d for d in no_class if d["kind"] == "DeviceClass"]
 
     # What the API server makes of it (the plane serves resource.k8s.io/v1).
     out = template(
-        plane, *SIM_VALUES, "--set", "agent.dra=true", *DRA_API, "--skip-tests",
+        plane, *SIM_VALUES, *DRA_ON, *DRA_API, "--skip-tests",
         namespace=namespace,
     ).stdout  # fmt: skip
     proc = plane.kubectl(
@@ -216,6 +220,300 @@ def test_dra_gives_the_agent_the_flag_its_rbac_and_the_device_class(
     )
     assert proc.returncode == 0, proc.stderr
     assert "deviceclass.resource.k8s.io/vnpu.io created (server dry run)" in proc.stdout
+
+
+def _kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _env(workload: dict[str, Any]) -> dict[str, Any]:
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def _rules(docs: list[dict[str, Any]], name: str) -> dict[str, list[str]]:
+    (role,) = [d for d in _kinds(docs, "ClusterRole") if d["metadata"]["name"] == name]
+    return {
+        f"{g}/{r}": rule["verbs"]
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+
+
+@pytest.mark.parametrize("version", ["1.30.0", "1.34.4", "1.35.9"])
+@pytest.mark.parametrize(
+    "dra", [("--set", "agent.dra=true"), SPLIT[:2]], ids=["agent.dra", "draNodeSelector"]
+)
+def test_dra_is_refused_below_kubernetes_1_36(
+    plane: LocalPlane, version: str, dra: tuple[str, ...]
+) -> None:
+    """Partitionable devices and binding conditions are off below 1.36: the scheduler would
+    hand out vNPUs without their counters, and bind pods before their vNPU exists. Helm
+    says so instead of installing it."""
+    proc = template(plane, *dra, "--kube-version", version, check=False)
+    assert proc.returncode != 0
+    assert "need Kubernetes 1.36 or later" in proc.stderr, proc.stderr
+    assert f"this cluster is v{version}" in proc.stderr, proc.stderr
+    # Without DRA the same cluster installs; with it, 1.36 and later do (a vendor's
+    # pre-release suffix included).
+    assert template(plane, "--kube-version", version).returncode == 0
+    for newer in ("1.36.0", "1.36.2-gke.1100", "1.37.2"):
+        assert template(plane, *dra, "--kube-version", newer).returncode == 0
+
+
+def test_both_dra_switches_at_once_are_refused(plane: LocalPlane) -> None:
+    proc = template(plane, *SPLIT, "--set", "agent.dra=true", check=False)
+    assert proc.returncode != 0
+    assert "set one of them" in proc.stderr, proc.stderr
+
+
+def test_the_operator_serves_claims_and_has_dra_rbac_only_with_dra(plane: LocalPlane) -> None:
+    """DRA off: the operator gets VNPU_DRA=false (it then neither lists nor watches
+    ResourceClaims) and neither component any right on resource.k8s.io. On (either
+    switch): claims, their status and driver subresource, and the slices it removes of a
+    dead agent (list, watch, delete); the agents their pool (list and watch included:
+    they watch their own slices) and the claims they prepare."""
+    operator_role, agent_role = "vnpu-operator-operator", "vnpu-operator-agent"
+    off = render(plane, *DRA_KUBE)
+    (deploy,) = _kinds(off, "Deployment")
+    assert _env(deploy)["VNPU_DRA"] == "false"
+    for role in (operator_role, agent_role):
+        assert not [k for k in _rules(off, role) if k.startswith("resource.k8s.io/")], role
+    for on in (render(plane, *DRA_ON), render(plane, *SPLIT)):
+        (deploy,) = _kinds(on, "Deployment")
+        assert _env(deploy)["VNPU_DRA"] == "true"
+        operator = {k: v for k, v in _rules(on, operator_role).items() if "resource.k8s.io" in k}
+        assert operator == {
+            "resource.k8s.io/resourceclaims": ["get", "list", "watch"],
+            "resource.k8s.io/resourceclaims/status": ["patch"],
+            "resource.k8s.io/resourceclaims/driver": [
+                "arbitrary-node:patch", "arbitrary-node:update",
+            ],
+            "resource.k8s.io/resourceslices": ["list", "watch", "delete"],
+        }  # fmt: skip
+        agent = {k: v for k, v in _rules(on, agent_role).items() if "resource.k8s.io" in k}
+        assert {"list", "watch"} <= set(agent["resource.k8s.io/resourceslices"])
+        assert agent["resource.k8s.io/resourceclaims"] == ["get", "list", "watch"]
+
+
+def _matches(term: dict[str, Any], labels: dict[str, str]) -> bool:
+    for e in term.get("matchExpressions", []):
+        value = labels.get(e["key"])
+        if e["operator"] == "In" and value not in e["values"]:
+            return False
+        if e["operator"] == "NotIn" and value in e["values"]:
+            return False
+    return True
+
+
+def _runs_on(ds: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether the DaemonSet's pods may run on a node with these labels (nodeSelector
+    and required node affinity)."""
+    spec = ds["spec"]["template"]["spec"]
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    required = (
+        spec.get("affinity", {})
+        .get("nodeAffinity", {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution")
+    )
+    return required is None or any(_matches(t, labels) for t in required["nodeSelectorTerms"])
+
+
+def test_dra_and_annotation_nodes_in_one_release_by_node_pool(
+    plane: LocalPlane, namespace: str
+) -> None:
+    """agent.draNodeSelector: the NPU nodes it selects get DaemonSet <release>-agent-dra
+    (DRA: VNPU_DRA, the kubelet's directories), the others the annotation agent of
+    <release>-agent, whose selector and name are the ones a release without the split
+    has (so turning it on rolls no annotation agent but its affinity). Every NPU node runs
+    exactly one of them, whatever other labels it has; other nodes none."""
+    docs = render(
+        plane, "--set-json", 'agent.draNodeSelector={"vnpu.io/mode":"dra","pool":"b"}',
+        "--set-json", 'agent.npuNodeLabels=["vnpu","ascend"]',
+        "--set-json", 'agent.nodeSelector={"zone":"z1"}', *DRA_KUBE,
+    )  # fmt: skip
+    by_name = {d["metadata"]["name"]: d for d in _kinds(docs, "DaemonSet")}
+    assert set(by_name) == {"vnpu-operator-agent", "vnpu-operator-agent-dra"}
+    annotation, dra = by_name["vnpu-operator-agent"], by_name["vnpu-operator-agent-dra"]
+    (plain,) = _kinds(render(plane), "DaemonSet")
+    assert annotation["spec"]["selector"] == plain["spec"]["selector"]
+    assert dra["spec"]["selector"]["matchLabels"]["vnpu.io/agent-mode"] == "dra"
+    assert dra["spec"]["template"]["metadata"]["labels"]["vnpu.io/agent-mode"] == "dra"
+    assert "VNPU_DRA" not in _env(annotation)
+    assert _env(dra)["VNPU_DRA"] == "true"
+    mounts = {v["name"] for v in dra["spec"]["template"]["spec"]["volumes"]}
+    assert {"kubelet-plugins", "kubelet-plugins-registry"} <= mounts
+    assert "kubelet-plugins" not in {
+        v["name"] for v in annotation["spec"]["template"]["spec"]["volumes"]
+    }
+    # The metrics Service scrapes both.
+    (svc,) = [d for d in _kinds(docs, "Service") if d["metadata"]["name"].endswith("agent-metrics")]
+    assert svc["spec"]["selector"].items() <= dra["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        svc["spec"]["selector"].items()
+        <= annotation["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+    npu = ({"vnpu.io/npu": "true"}, {"accelerator": "huawei-Ascend910"})
+    picked = {"vnpu.io/mode": "dra", "pool": "b"}
+    cases = [
+        *(({**n, "zone": "z1"}, "annotation") for n in npu),
+        *(({**n, "zone": "z1", **picked}, "dra") for n in npu),
+        ({"vnpu.io/npu": "true", "zone": "z1", "vnpu.io/mode": "dra"}, "annotation"),
+        ({"vnpu.io/npu": "true", "zone": "z1", "pool": "b"}, "annotation"),
+        ({"vnpu.io/npu": "true", "zone": "z1", "vnpu.io/mode": "other", "pool": "b"}, "annotation"),
+        ({"vnpu.io/npu": "true", "zone": "z2", **picked}, None),  # agent.nodeSelector
+        ({"zone": "z1", **picked}, None),  # not an NPU node
+        ({"zone": "z1"}, None),
+    ]
+    for labels, expected in cases:
+        runs = [
+            mode for mode, ds in (("annotation", annotation), ("dra", dra)) if _runs_on(ds, labels)
+        ]
+        assert runs == ([expected] if expected else []), (labels, runs)
+
+    # The API server takes both DaemonSets as rendered.
+    out = template(plane, *SIM_VALUES, *SPLIT, *DRA_API, "--skip-tests", namespace=namespace).stdout
+    proc = plane.kubectl(
+        "apply", "--dry-run=server", "-f", "-", input=out, check=False, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "daemonset.apps/vnpu-operator-agent-dra created (server dry run)" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ('agent.draNodeSelector={"bad key!":"x"}', "at '/agent/draNodeSelector'"),
+        (
+            'agent.draNodeSelector={"vnpu.io/mode":"not a value"}',
+            "at '/agent/draNodeSelector/vnpu.io~1mode'",
+        ),
+        ('agent.hostPaths.kubeletPlugins="relative"', "at '/agent/hostPaths/kubeletPlugins'"),
+        ('dra.extraDeviceClasses=["Not_A_Name"]', "at '/dra/extraDeviceClasses/0'"),
+        (
+            "metrics.prometheusRule.draPrepareP99Seconds=0",
+            "at '/metrics/prometheusRule/draPrepareP99Seconds'",
+        ),
+    ],
+)
+def test_the_schema_refuses_bad_dra_values(plane: LocalPlane, setting: str, message: str) -> None:
+    proc = template(plane, "--set-json", setting, check=False)
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+def test_the_kubelets_plugin_directories_are_values(plane: LocalPlane) -> None:
+    """A kubelet with another root directory (k0s, microk8s): the agent gets the paths
+    (VNPU_DRA_PLUGINS_DIR, VNPU_DRA_REGISTRY_DIR) and mounts them at the same paths,
+    where the kubelet dials the socket the plugin registers."""
+
+    def agent(*values: str) -> dict[str, Any]:
+        (ds,) = _kinds(render(plane, *DRA_ON, *values), "DaemonSet")
+        spec: dict[str, Any] = ds["spec"]["template"]["spec"]
+        return spec
+
+    k0s = "/var/lib/k0s/kubelet"
+    for plugins, registry, values in (
+        ("/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", ()),
+        (
+            f"{k0s}/plugins",
+            f"{k0s}/plugins_registry",
+            (
+                "--set", f"agent.hostPaths.kubeletPlugins={k0s}/plugins",
+                "--set", f"agent.hostPaths.kubeletPluginsRegistry={k0s}/plugins_registry",
+            ),
+        ),
+    ):  # fmt: skip
+        spec = agent(*values)
+        (container,) = spec["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert (env["VNPU_DRA_PLUGINS_DIR"], env["VNPU_DRA_REGISTRY_DIR"]) == (plugins, registry)
+        volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        for name, path in (("kubelet-plugins", plugins), ("kubelet-plugins-registry", registry)):
+            assert volumes[name] == mounts[name] == path
+    # Off: no kubelet directory, no variable.
+    (ds,) = _kinds(render(plane), "DaemonSet")
+    assert "VNPU_DRA_PLUGINS_DIR" not in _env(ds)
+
+
+def test_dra_alerts_only_with_dra(plane: LocalPlane) -> None:
+    monitoring = ("--set", "metrics.prometheusRule.enabled=true", "--api-versions",
+                  "monitoring.coreos.com/v1")  # fmt: skip
+
+    def alerts(*values: str) -> dict[str, dict[str, Any]]:
+        (rule,) = _kinds(render(plane, *monitoring, *values), "PrometheusRule")
+        return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+
+    dra_alerts = {
+        "VNPUDRAPrepareErrors", "VNPUDRAPrepareSlow", "VNPUDRAPoolChurn",
+        "VNPUDRAClaimsRefusedAgentDown",
+    }  # fmt: skip
+    assert not dra_alerts & set(alerts(*DRA_KUBE))
+    assert dra_alerts <= set(alerts(*SPLIT))
+    on = alerts(
+        *DRA_ON, "--set", "metrics.prometheusRule.draPrepareErrorsFor=7m",
+        "--set", "metrics.prometheusRule.draPrepareP99Seconds=40",
+        "--set", "metrics.prometheusRule.draPoolWritesPerHour=12",
+        "--set", "metrics.prometheusRule.draClaimsRefusedFor=20m",
+    )  # fmt: skip
+    assert on["VNPUDRAPrepareErrors"]["expr"] == (
+        "sum by (node, op) (rate(vnpu_agent_dra_prepare_errors_total[5m])) > 0"
+    )
+    assert on["VNPUDRAPrepareErrors"]["for"] == "7m"
+    assert "vnpu_agent_dra_prepare_seconds_bucket" in on["VNPUDRAPrepareSlow"]["expr"]
+    assert on["VNPUDRAPrepareSlow"]["expr"].endswith("> 40")
+    assert "45 s" in on["VNPUDRAPrepareSlow"]["annotations"]["description"]
+    assert "vnpu_agent_dra_pool_writes_total" in on["VNPUDRAPoolChurn"]["expr"]
+    assert on["VNPUDRAPoolChurn"]["expr"].endswith("> 12")
+    refused = on["VNPUDRAClaimsRefusedAgentDown"]
+    assert 'vnpu_operator_dra_claims_refused_total{reason="AgentDown"}' in refused["expr"]
+    assert refused["for"] == "20m"
+    for alert in dra_alerts:
+        assert on[alert]["labels"]["severity"] == "warning"
+        assert on[alert]["annotations"]["summary"]
+    # Each description keeps Prometheus' own templates for Prometheus.
+    assert "{{ $labels.node }}" in on["VNPUDRAPrepareErrors"]["annotations"]["description"]
+
+
+def test_the_dra_admission_policies_follow_protection_and_the_device_classes(
+    plane: LocalPlane,
+) -> None:
+    """Rendered with protection.enabled, DRA or not (a class selecting vnpu.io may exist
+    without it); dra.extraDeviceClasses are guarded as vnpu.io is. What they refuse:
+    test_dra_admission.py."""
+
+    def policies(*values: str) -> dict[str, dict[str, Any]]:
+        docs = render(plane, "--show-only", "templates/dra-admission.yaml", *values)
+        return {d["metadata"]["name"]: d for d in _kinds(docs, "ValidatingAdmissionPolicy")}
+
+    rendered = policies()
+    assert set(rendered) == {
+        f"{RELEASE}-dra-admin-access", f"{RELEASE}-dra-admin-access-templates",
+        f"{RELEASE}-dra-extended-resource", f"{RELEASE}-dra-slice-deletes",
+    }  # fmt: skip
+    for policy in rendered.values():
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        # Nobody is exempt, the operator not even (but from the slice check, which is its).
+        if not policy["metadata"]["name"].endswith("slice-deletes"):
+            assert "matchConditions" not in policy["spec"]
+    pods = json.dumps(rendered[f"{RELEASE}-dra-extended-resource"]["spec"])
+    assert f"deviceclass.resource.kubernetes.io/{names.DRA_DEVICE_CLASS}" in pods
+    mine = policies("--set-json", 'dra.extraDeviceClasses=["npu.example.com"]')
+    (refused,) = mine[f"{RELEASE}-dra-admin-access"]["spec"]["variables"]
+    assert '["vnpu.io","npu.example.com"]' in refused["expression"]
+    pods = json.dumps(mine[f"{RELEASE}-dra-extended-resource"]["spec"])
+    assert "deviceclass.resource.kubernetes.io/npu.example.com" in pods
+    proc = template(
+        plane, "--show-only", "templates/dra-admission.yaml", "--set", "protection.enabled=false",
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "could not find template" in proc.stderr
 
 
 def test_driver_host_mounts(plane: LocalPlane) -> None:
@@ -389,7 +687,9 @@ def test_agent_tolerates_ascend_taints_and_selects_npu_nodes_by_their_labels(
     ]}}  # fmt: skip
     spec, _ = _agent(plane, "--set-json", f"agent.affinity={json.dumps({'nodeAffinity': own})}")
     assert spec["affinity"] == {"nodeAffinity": own}
-    anti = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    anti: dict[str, Any] = {
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}
+    }
     spec, _ = _agent(plane, "--set-json", f"agent.affinity={json.dumps(anti)}")
     assert spec["affinity"]["podAntiAffinity"] == anti["podAntiAffinity"]
     assert spec["affinity"]["nodeAffinity"]

@@ -161,3 +161,56 @@ wins over the kubelet's Service variables of the same names.
   value: {{ $.Values.apiServer.port | quote }}
 {{- end }}
 {{- end -}}
+
+{{- /*
+"true" when any agent serves DRA: agent.dra (every NPU node) or agent.draNodeSelector (the
+NPU nodes it selects); "" otherwise. Everything DRA renders (RBAC, the DeviceClass, the
+operator's claim controller, the alerts) follows it.
+*/ -}}
+{{- define "vnpu.dra.on" -}}
+{{- if or .Values.agent.dra .Values.agent.draNodeSelector -}}true{{- end -}}
+{{- end -}}
+
+{{- /*
+Refuses what cannot work: both DRA switches at once (which nodes would serve claims?), and
+DRA below Kubernetes 1.36, where partitionable devices and binding conditions (beta, on from
+1.36) are off and the scheduler would hand out devices without their counters or before
+their vNPU exists.
+*/ -}}
+{{- define "vnpu.dra.check" -}}
+{{- if and .Values.agent.dra .Values.agent.draNodeSelector -}}
+{{- fail "agent.dra=true makes every NPU node a DRA node and agent.draNodeSelector only the nodes it selects: set one of them (docs/DRA.md, Which nodes)" -}}
+{{- end -}}
+{{- if and (include "vnpu.dra.on" .) (semverCompare "<1.36.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "agent.dra and agent.draNodeSelector need Kubernetes 1.36 or later (partitionable devices and binding conditions, beta and on from 1.36); this cluster is %s. Leave them off: the NPU nodes then serve pods by annotation (docs/DRA.md)" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /*
+The node affinity of the annotation agents when agent.draNodeSelector splits the NPU nodes:
+the terms that select NPU nodes (agent.affinity's required nodeSelectorTerms when it brings a
+nodeAffinity, else agent.npuNodeLabels', else one empty term), each ANDed with one
+`key NotIn [value]` per entry of agent.draNodeSelector. A node matches this exactly when it
+is an NPU node and not a DRA node (the DRA agents take agent.draNodeSelector as their
+nodeSelector), so the two DaemonSets never share a node.
+*/ -}}
+{{- define "vnpu.agent.annotationAffinity" -}}
+{{- $affinity := include "vnpu.agent.affinity" . | fromYaml | default dict -}}
+{{- $node := get $affinity "nodeAffinity" | default dict -}}
+{{- $required := get $node "requiredDuringSchedulingIgnoredDuringExecution" | default dict -}}
+{{- $base := get $required "nodeSelectorTerms" | default (list dict) -}}
+{{- $terms := list -}}
+{{- range $base -}}
+{{- $term := . -}}
+{{- range $key, $value := $.Values.agent.draNodeSelector -}}
+{{- $t := deepCopy $term -}}
+{{- $exprs := get $t "matchExpressions" | default list -}}
+{{- $_ := set $t "matchExpressions" (append $exprs (dict "key" $key "operator" "NotIn" "values" (list $value))) -}}
+{{- $terms = append $terms $t -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $required "nodeSelectorTerms" $terms -}}
+{{- $_ = set $node "requiredDuringSchedulingIgnoredDuringExecution" $required -}}
+{{- $_ = set $affinity "nodeAffinity" $node -}}
+{{- toYaml $affinity -}}
+{{- end -}}
