@@ -79,6 +79,10 @@ class RealNodeError(PlaneError):
     """The real node cannot start here, or did not come up."""
 
 
+# The kubelet's API port (its default; the config does not move it).
+KUBELET_PORT = 10250
+
+
 def node_tools(progress: Callable[[str], None] = lambda _msg: None) -> Path:
     """Builds (or reuses) the node tools; the directory that holds them."""
     return run_build_script(NODE_BUILD_SCRIPT, RealNodeError, progress)
@@ -474,6 +478,24 @@ state = '{c / "state"}'
                 "--v=1",
             ],
         )
+
+    def restart_kubelet(self) -> None:
+        """The kubelet stopped and started again, containerd and the containers
+        left running (as `systemctl restart kubelet` does): it wipes the node's
+        ResourceSlices at start and prepares its pods' claims again."""
+        self._stop_process("kubelet")
+        self._start_kubelet()
+
+        def serving() -> bool:
+            # The Node's Ready condition is the old kubelet's until the new
+            # one reports: its own port is what says it is back.
+            self._check_alive("kubelet")
+            with socket.socket() as sock:
+                sock.settimeout(1.0)
+                return sock.connect_ex((self.node_ip, KUBELET_PORT)) == 0
+
+        wait_for("the restarted kubelet's port", serving, 60, interval=0.25)
+        self._wait_ready()
 
     def _wait_ready(self) -> None:
         def ready() -> bool:

@@ -29,7 +29,7 @@ from operator_harness import purge_foreign
 from realnode_harness import exec_in, make_control_devices, release_node_allocations, running
 
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess, flags, free_port
-from localplane.plane import LocalPlane
+from localplane.plane import LocalPlane, PlaneError
 from localplane.realnode import KUBELET_ROOT, TEST_IMAGE, RealNode
 from localplane.waiting import wait_for
 from vnpu_agent import cdi
@@ -285,3 +285,170 @@ def test_scheduler_operator_agent_and_kubelet_together_give_each_pod_its_own_vnp
         operator.kill(signal.SIGTERM)
         for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
             plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, check=False)
+
+
+# -- what the kubelet does to the plugin (issue 54, item 9) -------------------
+
+
+def _davinci(plane: LocalPlane, namespace: str, pod: str) -> set[str]:
+    listing = exec_in(plane, namespace, pod, "ls", "/dev").split()
+    return {d for d in listing if d.startswith("davinci") and d[7:].isdigit()}
+
+
+def _execs(plane: LocalPlane, namespace: str, pod: str) -> bool:
+    try:
+        exec_in(plane, namespace, pod, "true")
+    except PlaneError:
+        return False
+    return True
+
+
+def _claim_allocs(plane: LocalPlane, namespace: str) -> list[dict[str, Any]]:
+    items = (plane.get_json("vnpuallocations", "-n", namespace) or {}).get("items", [])
+    return [a for a in items if a["spec"].get("claim")]
+
+
+def _pool(plane: LocalPlane, node: str) -> list[str]:
+    got = plane.get_json(
+        "resourceslices.resource.k8s.io", f"--field-selector=spec.nodeName={node}"
+    ) or {"items": []}
+    return sorted(s["metadata"]["name"] for s in got.get("items", []))
+
+
+@pytest.fixture
+def operator(plane: LocalPlane, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    plane.apply(device_class())
+    plane.apply(claim_template(namespace, "small", TEMPLATE))
+    proc = OperatorProcess(plane, tmp_path / "operator")
+    proc.start()
+    try:
+        yield proc
+    finally:
+        for pod in (plane.get_json("pods", "-n", namespace) or {}).get("items", []):
+            plane.kubectl("delete", "pod", pod["metadata"]["name"], "-n", namespace,
+                          "--wait=false", check=False)  # fmt: skip
+        wait_for("the claims' allocations released", lambda: not _claim_allocs(plane, namespace),
+                 90)  # fmt: skip
+        proc.kill(signal.SIGTERM)
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, check=False)
+
+
+def _registrations(agent: AgentProcess) -> int:
+    return agent.log_path.read_text(errors="replace").count("the kubelet registered DRA plugin")
+
+
+def _restart_agent(agent: AgentProcess, env: dict[str, str] | None = None) -> None:
+    seen = _registrations(agent)
+    agent.kill(signal.SIGTERM)
+    agent.start(env=env)
+    wait_for("the kubelet registered the plugin again", lambda: _registrations(agent) > seen, 30)
+
+
+def test_a_kubelet_restart_keeps_running_claims_and_the_pool_is_back_in_seconds(
+    plane: LocalPlane,
+    real_node: RealNode,
+    dra_agent: AgentProcess,
+    namespace: str,
+    operator: OperatorProcess,
+) -> None:
+    """The kubelet wipes the node's slices at its start and prepares its pods'
+    claims again: the running pod keeps exactly its vNPU, the pool is back
+    within seconds (not the agent's 300 s read-back), and the next pod gets a
+    vNPU of its own."""
+    plane.apply(_templated_pod(real_node, namespace, "kept", "small"))
+    running(plane, namespace, "kept", timeout=120)
+    before = _davinci(plane, namespace, "kept")
+    pool = _pool(plane, real_node.name)
+    assert pool
+    assert len(before) == 1
+
+    seen = _registrations(dra_agent)
+    real_node.restart_kubelet()
+    # The new kubelet wipes the node's slices, then registers the plugin again.
+    wait_for("the plugin registered again", lambda: _registrations(dra_agent) > seen, 60)
+    wait_for("the pool back", lambda: _pool(plane, real_node.name) == pool, 20, interval=0.5)
+    # The pod's status is the old kubelet's until the new one has synced it.
+    wait_for("the kubelet serves the pod again", lambda: _execs(plane, namespace, "kept"), 60)
+    assert _davinci(plane, namespace, "kept") == before
+
+    plane.apply(_templated_pod(real_node, namespace, "after", "small"))
+    running(plane, namespace, "after", timeout=120)
+    after = _davinci(plane, namespace, "after")
+    assert len(after) == 1
+    assert not after & before, (before, after)
+
+
+def test_a_force_deleted_pods_vnpu_is_never_the_next_pods(
+    plane: LocalPlane,
+    real_node: RealNode,
+    dra_agent: AgentProcess,
+    namespace: str,
+    operator: OperatorProcess,
+) -> None:
+    """k/k#141471: a pod deleted with grace 0 leaves its containers running
+    while its claim is deallocated and the device offered again. The next pod
+    on the same device never gets the first pod's vNPU, which is destroyed
+    only once the kubelet has unprepared the first claim."""
+    first = _templated_pod(real_node, namespace, "first", "small")
+    # Ignores SIGTERM: its container outlives the force delete by a grace period.
+    first["spec"]["containers"][0]["command"] = [
+        "sh",
+        "-c",
+        "trap '' TERM; while :; do sleep 1; done",
+    ]
+    first["spec"]["terminationGracePeriodSeconds"] = 10
+    plane.apply(first)
+    running(plane, namespace, "first", timeout=120)
+    (held,) = _davinci(plane, namespace, "first")
+    held_id = int(held[len("davinci") :])
+
+    plane.kubectl("delete", "pod", "first", "-n", namespace, "--grace-period=0", "--force")
+    plane.apply(_templated_pod(real_node, namespace, "second", "small"))
+    running(plane, namespace, "second", timeout=120)
+    assert held not in _davinci(plane, namespace, "second")
+    wait_for(
+        "the first pod's vNPU destroyed once its claim is unprepared",
+        lambda: not (real_node.device_dir / f"vdavinci{held_id}").exists(),
+        90,
+    )
+    assert len(_claim_allocs(plane, namespace)) == 1  # the second pod's alone
+
+
+def test_a_release_during_a_prepare_waits_for_it_on_the_real_node(
+    plane: LocalPlane,
+    real_node: RealNode,
+    dra_agent: AgentProcess,
+    namespace: str,
+    operator: OperatorProcess,
+) -> None:
+    """Item 1: the pod (and so its claim) goes while the kubelet's Prepare is
+    between its reads and its save (a failpoint widens the window). The vNPU
+    is not destroyed under the Prepare: the allocation waits `Releasing`
+    (being prepared), and goes once the kubelet has unprepared the claim."""
+    _restart_agent(dra_agent, env={"VNPU_FAILPOINTS": "dra-prepare-after-reads=20"})
+    try:
+        plane.apply(_templated_pod(real_node, namespace, "raced", "small"))
+        wait_for(
+            "the Prepare held after its reads",
+            lambda: "failpoint dra-prepare-after-reads" in dra_agent.log_tail(200),
+            120,
+        )
+        (alloc,) = _claim_allocs(plane, namespace)
+        name, vnpu_id = alloc["metadata"]["name"], alloc["spec"]["vnpuId"]
+        plane.kubectl("delete", "pod", "raced", "-n", namespace, "--grace-period=0", "--force")
+
+        def deferred() -> bool:
+            got = get_alloc(plane, namespace, name)
+            status = (got or {}).get("status") or {}
+            return status.get("phase") == names.PHASE_RELEASING
+
+        wait_for("the release deferred", deferred, 30)
+        got = get_alloc(plane, namespace, name)
+        assert got is not None
+        assert "being prepared" in got["status"]["message"]
+        assert (real_node.device_dir / f"vdavinci{vnpu_id}").exists()
+        wait_for("the allocation released", lambda: get_alloc(plane, namespace, name) is None, 90)
+        assert not (real_node.device_dir / f"vdavinci{vnpu_id}").exists()
+    finally:
+        _restart_agent(dra_agent)
