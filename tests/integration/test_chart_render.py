@@ -866,3 +866,24 @@ def test_one_replica_has_no_disruption_budget_and_no_leader_goes_alerted(
     alert = alerts["VNPUOperatorNoLeader"]
     assert alert["expr"] == "max by (namespace) (vnpu_operator_leader) < 1"
     assert alert["for"] == "2m"
+
+
+def test_the_release_notes_say_which_nodes_serve_claims(plane: LocalPlane, namespace: str) -> None:
+    """What `helm install` prints (a server-side dry run against the 1.37 plane)."""
+
+    def notes(*values: str) -> str:
+        proc = helm(
+            plane, "install", "notes", str(CHART), "-n", namespace, "--dry-run=server",
+            "--set", "crds.install=false", *SIM_VALUES, *values,
+        )  # fmt: skip
+        return proc.stdout.split("NOTES:", 1)[1]
+
+    split = notes("--set-json", 'agent.draNodeSelector={"vnpu.io/mode":"dra"}')
+    assert "the nodes labelled vnpu.io/mode=dra serve ResourceClaims" in split, split
+    assert "DaemonSet notes-vnpu-operator-agent-dra" in split, split
+    assert "or with a ResourceClaim of DeviceClass vnpu.io" in split, split
+    assert "deviceclass.resource.kubernetes.io/vnpu.io in a pod, are refused" in split, split
+    every = notes("--set", "agent.dra=true")
+    assert "They serve ResourceClaims of DeviceClass vnpu.io" in every, every
+    plain = notes()
+    assert "ResourceClaim" not in plain, plain
