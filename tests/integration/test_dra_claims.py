@@ -176,7 +176,7 @@ def test_devices_are_never_shared_and_a_freed_one_goes_to_the_next_pod(
 def test_a_failed_create_gives_the_claim_back_to_the_scheduler(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    """dra-b's chip is cordoned (its devices tainted), so the scheduler can only
+    """dra-b's chip is cordoned (its agent publishes no device for it), so the scheduler can only
     try dra-a, whose driver refuses every create: the device fails its binding,
     the scheduler gives the claim up and tries again, each try's allocation is
     released, and the pod never binds. Nothing is left once the pod goes."""
@@ -185,13 +185,9 @@ def test_a_failed_create_gives_the_claim_back_to_the_scheduler(
         patch = json.dumps({"spec": {"cordonedChips": chips}})
         plane.kubectl("patch", "vnpunode", node, "--type=merge", "-p", patch)
 
-    def tainted(node: str) -> bool:
+    def offers_devices(node: str) -> bool:
         slices = get_json(plane, "resourceslices", "--field-selector", f"spec.nodeName={node}")
-        return any(
-            d.get("taints")
-            for sl in (slices or {}).get("items", [])
-            for d in sl["spec"].get("devices") or []
-        )
+        return any(sl["spec"].get("devices") for sl in (slices or {}).get("items", []))
 
     def on(node: str) -> list[dict[str, Any]]:
         items = (get_json(plane, "vnpuallocations", "-n", namespace) or {}).get("items", [])
@@ -204,7 +200,7 @@ def test_a_failed_create_gives_the_claim_back_to_the_scheduler(
         return float(line[len(prefix) :] or 0)
 
     cordon("dra-b", [{"chip": 0, "reason": "test: only dra-a is open"}])
-    wait_for("dra-b's devices tainted", lambda: tainted("dra-b"))
+    wait_for("dra-b's devices withdrawn", lambda: not offers_devices("dra-b"))
     sim_a = stack.agent.sim("dra-a")
     sim_a.inject_failure("create", -8005, times=1000, message="no room, says dcmi")
     before = failures_on_a()
@@ -227,7 +223,7 @@ def test_a_failed_create_gives_the_claim_back_to_the_scheduler(
         sim_a.clear_faults()
         cordon("dra-b", [])
     wait_for("nothing left on dra-a", lambda: not on("dra-a"), timeout=60)
-    wait_for("dra-b's devices untainted", lambda: not tainted("dra-b"))
+    wait_for("dra-b's devices offered again", lambda: offers_devices("dra-b"))
 
 
 def test_an_annotated_pod_is_never_placed_on_a_dra_node(
