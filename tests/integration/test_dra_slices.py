@@ -2,9 +2,12 @@
 publishes"): an agent with --dra and the sim driver on a kwok node publishes
 ResourceSlices the API server accepts (its validation is the proof), says
 status.dra on the VNPUNode, and republishes every slice with the next
-generation when a chip is cordoned or turns unhealthy (a taint appears on
-that chip's devices, nowhere else). The slices are owned by the Node: they
-go with it.
+generation when a chip is cordoned or turns unhealthy (that chip's devices
+go, its counters stay), or when a foreign vNPU takes room on a chip (its
+counters drop by the vNPU's size). Slices deleted by someone else (the
+kubelet wipes a node's slices at its start) are back within seconds, from
+the agent's watch, not its 300 s re-read. The slices are owned by the Node:
+they go with it.
 
 On a 1.34 or 1.35 plane the API server drops the fields of partitionable
 devices and binding conditions (gates off), so only what 1.34 keeps is
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,49 +150,99 @@ def test_the_pool_is_accepted_and_republished_on_cordon_and_health(
         }  # fmt: skip
     assert not any(taints(first).values())
 
-    # An admin cordons chip 1: every slice at the next generation, chip 1's devices tainted.
+    # An admin cordons chip 1: every slice at the next generation, chip 1's
+    # devices gone (no toleration can reach them), its counters kept.
     plane.kubectl(
         "patch", names.NODE_PLURAL, node, "--type=merge",
         "-p", json.dumps({"spec": {"cordonedChips": [{"chip": 1, "reason": "dra test"}]}}),
     )  # fmt: skip
     cordoned = complete(plane, node, generation + 1, agent)
     if full:
-        found = taints(cordoned)
-        assert {n: t for n, t in found.items() if t} == {
-            n: ["vnpu.io/cordoned"] for n in found if n.startswith("npu-1-")
-        }
+        assert sorted(devices(cordoned)) == sorted(
+            n for n in devices(first) if n.startswith("npu-0-")
+        )
+        assert [c["name"] for c in cordoned[0]["spec"]["sharedCounters"]] == ["npu-0", "npu-1"]
     assert [s["metadata"]["name"] for s in cordoned] == names_
 
-    # The driver reports chip 0 unhealthy: the next generation taints chip 0's devices too.
+    # The driver reports chip 0 unhealthy: the next generation offers no device.
     agent.sim(node).set_chip_health(0, False)
     sick = complete(plane, node, generation + 2, agent)
     if full:
-        found = taints(sick)
-        assert {n for n, t in found.items() if t == ["vnpu.io/unhealthy"]} == {
-            n for n in found if n.startswith("npu-0-")
-        }
-        assert {n for n, t in found.items() if t == ["vnpu.io/cordoned"]} == {
-            n for n in found if n.startswith("npu-1-")
-        }
+        assert devices(sick) == {}
+        assert [s["metadata"]["name"] for s in sick] == [f"{node}-vnpu-counters-0"]
     assert {s["spec"]["pool"]["generation"] for s in sick} == {generation + 2}
 
 
-def test_slices_deleted_by_someone_else_come_back_and_go_with_the_node(
+def counters_of(slices: list[dict[str, Any]], chip: int) -> dict[str, str]:
+    for s in slices:
+        for cs in s["spec"].get("sharedCounters") or []:
+            if cs["name"] == f"npu-{chip}":
+                return {k: v["value"] for k, v in cs["counters"].items()}
+    raise AssertionError(f"no counter set npu-{chip}")
+
+
+def test_a_foreign_vnpu_takes_its_size_from_the_chips_counters(
+    plane: LocalPlane, node: str, agent: AgentProcess
+) -> None:
+    if server_minor(plane) < 36:
+        pytest.skip("counters need partitionable devices (1.36+)")
+    first = complete(plane, node, 1, agent)
+    generation = first[0]["spec"]["pool"]["generation"]
+    assert counters_of(first, 0)["aicore"] == "20"
+    # Made by hand, beside the agent (the default policy keeps it).
+    agent.sim(node).create_vnpu(0, "vir10_3c_32g", 110)
+    held = complete(plane, node, generation + 1, agent)
+    assert counters_of(held, 0) == {
+        "aicore": "10", "memory-mb": "32768", "aicpu": "4", "media": "5", "vnpus": "15",
+    }  # fmt: skip
+    assert counters_of(held, 1)["aicore"] == "20"
+    # The devices stay: the counters are what the scheduler checks.
+    assert sorted(devices(held)) == sorted(devices(first))
+
+
+def test_slices_deleted_by_someone_else_come_back_within_seconds_and_go_with_the_node(
+    plane: LocalPlane, node: str, agent: AgentProcess
+) -> None:
+    """The agent runs with the default --dra-verify-seconds (300): only its
+    watch of the pool can bring the slices back this fast."""
+    first = complete(plane, node, 1, agent)
+    generation = first[0]["spec"]["pool"]["generation"]
+    # As the kubelet does at its start: every slice of the node.
+    plane.kubectl(
+        "delete", "resourceslices", "--field-selector", f"spec.nodeName={node}", "--wait=true"
+    )
+    start = time.monotonic()
+    again = wait_for(
+        "pool back",
+        lambda: (got := pool(plane, node)) and len(got) == len(first) and got,
+        timeout=15,
+    )
+    took = time.monotonic() - start
+    assert took < 10, f"the pool came back after {took:.1f}s"
+    assert [s["metadata"]["name"] for s in again] == [s["metadata"]["name"] for s in first]
+    assert {s["spec"]["pool"]["generation"] for s in again} == {generation + 1}
+    # Nothing differs now: no further write (the generation stays).
+    time.sleep(3)
+    assert {s["spec"]["pool"]["generation"] for s in pool(plane, node)} == {generation + 1}
+    # The Node goes: the garbage collector takes its pool (ownerReferences).
+    plane.kubectl("delete", "node", node)
+    wait_for("pool collected with its node", lambda: pool(plane, node) == [], timeout=60)
+    assert agent.proc is not None
+    assert agent.proc.poll() is None, "the agent must outlive its node's deletion"
+
+
+def test_a_node_whose_agent_runs_without_dra_loses_its_pool(
     plane: LocalPlane, node: str, tmp_path: Path
 ) -> None:
-    proc = AgentProcess(
-        plane, tmp_path, [node], extra=["--dra=true", "--dra-verify-seconds=1"]
-    ).start()
+    for sub in ("dra", "plain"):
+        (tmp_path / sub).mkdir()
+    proc = AgentProcess(plane, tmp_path / "dra", [node], extra=["--dra=true"]).start()
     try:
-        first = complete(plane, node, 1, proc)
-        generation = first[0]["spec"]["pool"]["generation"]
-        plane.kubectl("delete", "resourceslice", first[-1]["metadata"]["name"])
-        again = complete(plane, node, generation + 1, proc)
-        assert [s["metadata"]["name"] for s in again] == [s["metadata"]["name"] for s in first]
-        # The Node goes: the garbage collector takes its pool (ownerReferences).
-        plane.kubectl("delete", "node", node)
-        wait_for("pool collected with its node", lambda: pool(plane, node) == [], timeout=60)
-        assert proc.proc is not None
-        assert proc.proc.poll() is None, "the agent must outlive its node's deletion"
+        complete(plane, node, 1, proc)
     finally:
         proc.kill(signal.SIGTERM)
+    plain = AgentProcess(plane, tmp_path / "plain", [node]).start()
+    try:
+        wait_for("pool deleted", lambda: pool(plane, node) == [], timeout=20)
+    finally:
+        plain.kill(signal.SIGTERM)

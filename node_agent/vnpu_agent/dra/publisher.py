@@ -364,7 +364,10 @@ class PoolPublisher:
                 self._written = self._answered = comparable(want)
                 self._uid = uid
             return
-        generation = max(_generations(existing), default=0) + 1
+        # Above any generation the pool had, the one we last wrote included:
+        # after a wipe (nothing left to read it from), a consumer whose watch
+        # still shows the old slices must see the new ones as newer.
+        generation = max(*_generations(existing), self.generation or 0, 0) + 1
         pool = slices.pool_slices(chips, cordoned, self.node, generation, node_uid=uid, held=held)
         by_name = {str(s["metadata"]["name"]): s for s in existing}
         answers = []
