@@ -12,6 +12,7 @@ lane's (tests/integration/test_real_node_dra.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import tempfile
@@ -30,6 +31,8 @@ from vnpu_agent.dra.plugin import KubeletPlugin, sockets
 from vnpu_agent.dra.prepare import ApiClaimReader, Preparer
 from vnpu_agent.dra.protos.dra.v1 import api_pb2 as dra_pb2
 from vnpu_agent.dra.protos.dra.v1 import api_pb2_grpc as dra_grpc
+from vnpu_agent.dra.protos.drahealth.v1 import api_pb2 as health_pb2
+from vnpu_agent.dra.protos.drahealth.v1 import api_pb2_grpc as health_grpc
 from vnpu_common import names
 
 # k8s134: also run on the 1.34 lane (`make test-k8s134`): the ResourceClaim's shape is the
@@ -135,7 +138,7 @@ async def test_prepare_reads_the_claim_and_its_allocation_from_the_api(
         NODE, ApiClaimReader(api_client), tmp_path / "checkpoint.json", tmp_path / "cdi"
     )
     paths = sockets(names.DRA_DRIVER, sock_root / "plugins", sock_root / "registry", "pod")
-    plugin = KubeletPlugin(names.DRA_DRIVER, preparer, paths)
+    plugin = KubeletPlugin(names.DRA_DRIVER, preparer, paths, chip_health=lambda: {0: True})
     await plugin.start()
     channel = grpc.aio.insecure_channel(f"unix://{paths.dra}")
     try:
@@ -173,6 +176,17 @@ async def test_prepare_reads_the_claim_and_its_allocation_from_the_api(
         assert f"has UID {ready_uid}, not 0000-stale" in answer.claims["0000-stale"].error
         assert preparer.is_prepared(ready_uid)
         assert not preparer.is_prepared(failed_uid)
+
+        # The health stream names the prepared device, and only it.
+        stream = health_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+            health_pb2.NodeWatchResourcesRequest()
+        )
+        report = await asyncio.wait_for(stream.read(), timeout=5)
+        assert [
+            (d.device.pool_name, d.device.device_name, health_pb2.HealthStatus.Name(d.health))
+            for d in report.devices
+        ] == [(NODE, DEVICE, "HEALTHY")]
+        stream.cancel()
 
         undone = await kubelet.NodeUnprepareResources(
             dra_pb2.NodeUnprepareResourcesRequest(claims=claims[:1]), timeout=45

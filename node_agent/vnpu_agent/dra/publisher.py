@@ -200,6 +200,7 @@ class PoolPublisher:
         # The chips, cordons and held capacity last told, and the pool they
         # make (at generation 0, no owner): what `update` compares.
         self._chips: list[ChipStatus] | None = None
+        self._told: Sequence[ChipStatus] | None = None  # the very object last told
         self._cordoned: list[int] = []
         self._held: dict[int, slices.Held] = {}
         self._wanted: list[Raw] | None = None
@@ -232,9 +233,14 @@ class PoolPublisher:
         """The node's chips (as the VNPUNode status lists them), cordoned
         chips and held capacity now; wakes `run` when the pool they make
         changed."""
-        chips = list(chips)
         cordoned = sorted(set(cordoned))
         held = dict(held or {})
+        if chips is self._told and cordoned == self._cordoned and held == self._held:
+            # The same chips as last time (an allocation event between two
+            # statuses): nothing the pool depends on moved; no slices built.
+            return
+        self._told = chips
+        chips = list(chips)
         wanted = slices.pool_slices(chips, cordoned, self.node, 0, held=held)
         if wanted == self._wanted:
             return
