@@ -78,6 +78,8 @@ def operator_metrics() -> OperatorMetrics:
     metrics.preemption_attempts.labels("evicted").inc()
     metrics.preemption_victims.inc()
     metrics.fenced_writes.labels("create_allocation").inc()
+    metrics.dra_claims_refused.labels("AgentDown").inc()
+    metrics.dra_slices_deleted.inc()
     return metrics
 
 
@@ -123,6 +125,8 @@ def agent_metrics() -> AgentMetrics:
     metrics.released("n1")
     metrics.node_restored("n1", "deleted")
     metrics.api_errors.labels("patch_lease", "500").inc()
+    metrics.dra_call("prepare", 0.2, 1)
+    metrics.dra_pool_write("create")
     return metrics
 
 
