@@ -239,6 +239,9 @@ DRA_COUNTER_VNPUS: Final = "vnpus"
 LABEL_CLAIM_UID: Final = f"{GROUP}/claim-uid"
 # CDI kind of the specs the kubelet plugin writes per prepared claim device.
 DRA_CDI_KIND: Final = f"{GROUP}/claim"
+# The scheduler's own claim for a pod's extended-resource request backed by a
+# DeviceClass (KEP-5004): `deviceclass.resource.kubernetes.io/<class>` in limits.
+DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
 
 
 def dra_counter_set(chip: int) -> str:

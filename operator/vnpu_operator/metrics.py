@@ -103,7 +103,7 @@ class OperatorMetrics:
             f"{PREFIX}_dra_claims_refused_total",
             "ResourceClaim devices the operator failed back to the scheduler (binding-failure "
             "condition written), by reason: AgentDown, NotDRANode, UnknownDevice, Cordoned, "
-            "Unhealthy, NoCapacity, NoFreeId, ClaimDeleting.",
+            "Unhealthy, NoCapacity, NoFreeId, ClaimDeleting, AdminAccess, ExtendedResource.",
             ["reason"],
             registry=self.registry,
         )

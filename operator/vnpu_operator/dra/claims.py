@@ -42,6 +42,7 @@ from vnpu_operator.dra.plan import (
     claim_view,
     pick_vnpu_id,
     plan,
+    route_refusal,
 )
 from vnpu_operator.dra.pools import DeadPools
 from vnpu_operator.kubeapi import OperatorApi
@@ -58,10 +59,12 @@ def slim_claim(claim: Mapping[str, Any]) -> Raw:
     meta = claim.get("metadata") or {}
     status = claim.get("status") or {}
     results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+    slim_meta = {k: meta[k] for k in ("name", "namespace", "uid", "deletionTimestamp") if k in meta}
+    marker = (meta.get("annotations") or {}).get(names.DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION)
+    if marker is not None:
+        slim_meta["annotations"] = {names.DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION: marker}
     return {
-        "metadata": {
-            k: meta[k] for k in ("name", "namespace", "uid", "deletionTimestamp") if k in meta
-        },
+        "metadata": slim_meta,
         "status": {
             "allocation": {
                 "devices": {"results": [r for r in results if r.get("driver") == names.DRA_DRIVER]}
@@ -344,6 +347,10 @@ class ClaimController:
         have = {i.device for i in infos if i.claim_uid == view.uid}
         for device in view.devices:
             if device.device in have or device.device in refusals:
+                continue
+            refused = route_refusal(view, device)
+            if refused is not None:
+                refusals[device.device] = refused
                 continue
             chosen = pick_vnpu_id(self.ledger.node_state(device.pool), device.device, device.pool)
             if isinstance(chosen, Refusal):

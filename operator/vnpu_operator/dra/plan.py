@@ -39,6 +39,8 @@ class ClaimDevice:
     request: str
     pool: str  # the node: each node is a pool of its own
     device: str
+    # Allocated with adminAccess: the scheduler counts no counters for it.
+    admin_access: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class ClaimView:
     conditions: Mapping[str, Mapping[str, tuple[str, str, str]]]
     # Devices of our driver that have an entry in status.devices.
     listed: frozenset[str] = frozenset()
+    # The scheduler's claim for an extended-resource request (KEP-5004).
+    extended_resource: bool = False
 
     @property
     def key(self) -> str:
@@ -97,6 +101,8 @@ UNHEALTHY = "Unhealthy"
 NO_CAPACITY = "NoCapacity"
 NO_FREE_ID = "NoFreeId"
 CLAIM_DELETING = "ClaimDeleting"
+ADMIN_ACCESS = "AdminAccess"
+EXTENDED_RESOURCE = "ExtendedResource"
 # A refusal given as a bare message.
 REFUSED = "Refused"
 
@@ -121,7 +127,12 @@ def claim_view(claim: Mapping[str, Any]) -> ClaimView:
     allocation = status.get("allocation") or {}
     results = (allocation.get("devices") or {}).get("results") or []
     devices = tuple(
-        ClaimDevice(str(r.get("request", "")), str(r.get("pool", "")), str(r.get("device", "")))
+        ClaimDevice(
+            str(r.get("request", "")),
+            str(r.get("pool", "")),
+            str(r.get("device", "")),
+            admin_access=bool(r.get("adminAccess")),
+        )
         for r in results
         if isinstance(r, Mapping) and r.get("driver") == names.DRA_DRIVER
     )
@@ -158,6 +169,8 @@ def claim_view(claim: Mapping[str, Any]) -> ClaimView:
         reserved_pod=reserved,
         conditions=conditions,
         listed=frozenset(listed),
+        extended_resource=names.DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION
+        in (meta.get("annotations") or {}),
     )
 
 
@@ -287,6 +300,28 @@ def _entry(
             for t, (s, r, m) in sorted(merged.items())
         ],
     }
+
+
+def route_refusal(view: ClaimView, device: ClaimDevice) -> Refusal | None:
+    """Routes to a vNPU that no quota counts (docs/DRA.md, "What a tenant
+    cannot ask for"): the chart's admission policies refuse both when the
+    claim or pod is created; this is the operator's line where they are off
+    or a DeviceClass they do not name selects vNPUs."""
+    if device.admin_access:
+        return Refusal(
+            ADMIN_ACCESS,
+            f"device {device.device}: admin access to vNPUs is not supported (it would get a "
+            "vNPU that no quota or counter holds); list vNPUs with kubectl get "
+            "vnpuallocations -A -o wide",
+        )
+    if view.extended_resource:
+        return Refusal(
+            EXTENDED_RESOURCE,
+            f"ResourceClaim {view.key} is the scheduler's claim for an extended resource "
+            "(deviceclass.resource.kubernetes.io/...): vNPUs are not served that way; ask "
+            "with the vnpu.io/template annotation or a ResourceClaim",
+        )
+    return None
 
 
 def pick_vnpu_id(state: NodeState | None, device: str, node: str = "") -> int | Refusal:

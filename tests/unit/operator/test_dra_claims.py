@@ -364,3 +364,31 @@ async def test_a_deleting_claim_keeps_its_allocations() -> None:
     w.add(claim("a", "u1"))
     await w.reconcile(key)
     assert w.api.deleted == [key_of("u1", DEV0)]
+
+
+async def test_an_admin_access_device_gets_no_vnpu() -> None:
+    """With the chart's policies off, or a DeviceClass they do not name, an
+    adminAccess result reaches the operator: it would be a vNPU that consumes
+    no counter and no quota."""
+    w = World(one_chip())
+    obj = claim("admin", "u1", DEV0)
+    obj["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    key = w.add(obj)
+    await w.reconcile(key)
+    assert w.api.created == []
+    assert w.ids() == {}
+    assert "admin access to vNPUs is not supported" in (w.failure(key, DEV0) or "")
+    assert w.refused("AdminAccess") == 1
+
+
+async def test_the_schedulers_extended_resource_claim_gets_no_vnpu() -> None:
+    """KEP-5004's claim for `deviceclass.resource.kubernetes.io/vnpu.io` in a
+    pod's limits: the annotation path's quota never sees it."""
+    w = World(one_chip())
+    obj = claim("pod-extended-resources-x", "u1", DEV0)
+    obj["metadata"]["annotations"] = {names.DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"}
+    key = w.add(obj)
+    await w.reconcile(key)
+    assert w.api.created == []
+    assert "vNPUs are not served that way" in (w.failure(key, DEV0) or "")
+    assert w.refused("ExtendedResource") == 1
