@@ -26,6 +26,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,11 +120,15 @@ def say(text: str) -> None:
 
 
 def kubectl(
-    plane: LocalPlane, *args: str, expect_fail: bool = False
+    plane: LocalPlane, *args: str, expect_fail: bool = False, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Runs kubectl as a user would type it and prints command and output."""
-    print(f"$ kubectl {shlex.join(args)}", flush=True)
-    out = plane.kubectl(*args, check=False, timeout=120)
+    """Runs kubectl as a user would type it and prints command and output; `stdin`
+    (a manifest for `-f -`) is printed as a here-document."""
+    if stdin is None:
+        print(f"$ kubectl {shlex.join(args)}", flush=True)
+    else:
+        print(f"$ kubectl {shlex.join(args)} <<EOF\n{stdin.rstrip()}\nEOF", flush=True)
+    out = plane.kubectl(*args, check=False, timeout=120, input=stdin)
     text = (out.stdout + out.stderr).rstrip()
     if text:
         print(text, flush=True)
@@ -526,8 +531,13 @@ def stop(procs: dict[str, Any]) -> None:
             proc.kill(signal.SIGTERM)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+Story = Callable[[LocalPlane, Path, dict[str, Any]], None]
+
+
+def main(tell: Story = story, description: str = __doc__.splitlines()[0]) -> int:
+    """Starts a plane, tells `tell` on it, stops everything (`--keep`: leaves the plane);
+    e2e/demo_dra.py tells its story through this too."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--keep", action="store_true", help="leave the plane running")
     args = parser.parse_args()
     t0 = time.monotonic()
@@ -548,7 +558,7 @@ def main() -> int:
             loopback, kwok for fake nodes and kubelets.""",
         )
         plane.start(progress=lambda m: print(f"  {m}", flush=True))
-        story(plane, workdir, procs)
+        tell(plane, workdir, procs)
         ok = True
     except (DemoError, PlaneError, AssertionError) as exc:
         print(f"\nDEMO FAILED: {exc}", file=sys.stderr, flush=True)
