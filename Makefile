@@ -110,6 +110,10 @@ test-realnode: $(STAMP) plane-main node-tools image ## the real-node lane alone 
 demo: $(STAMP) plane-main ## the whole story on a local plane
 	PYTHONPATH=$(PYPATH) $(PY) e2e/demo.py
 
+.PHONY: demo-dra
+demo-dra: $(STAMP) plane-main ## the claim story (DRA, ResourceClaims) on a local plane
+	PYTHONPATH=$(PYPATH) $(PY) e2e/demo_dra.py
+
 .PHONY: demo-node
 demo-node: $(STAMP) plane-main node-tools image ## the story on a real node (root): chart, product image, kubectl exec into containers with vNPUs
 	PYTHONPATH=$(PYPATH) $(PY) e2e/demo_node.py
