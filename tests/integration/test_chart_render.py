@@ -210,7 +210,10 @@ def test_dra_gives_the_agent_the_flag_its_rbac_and_the_device_class(
     no_class = render(plane, *DRA_ON, "--set", "dra.deviceClass=false", *DRA_API)
     assert not [d for d in no_class if d["kind"] == "DeviceClass"]
 
-    # What the API server makes of it (the plane serves resource.k8s.io/v1).
+    # What the API server makes of it (the plane serves resource.k8s.io/v1). A
+    # class an earlier module applied (the DRA tests share the plane) goes first.
+    plane.kubectl("delete", "deviceclasses.resource.k8s.io", names.DRA_DEVICE_CLASS,
+                  "--ignore-not-found")  # fmt: skip
     out = template(
         plane, *SIM_VALUES, *DRA_ON, *DRA_API, "--skip-tests",
         namespace=namespace,
@@ -869,7 +872,10 @@ def test_one_replica_has_no_disruption_budget_and_no_leader_goes_alerted(
 
 
 def test_the_release_notes_say_which_nodes_serve_claims(plane: LocalPlane, namespace: str) -> None:
-    """What `helm install` prints (a server-side dry run against the 1.37 plane)."""
+    """What `helm install` prints (a server-side dry run against the 1.37 plane;
+    a DeviceClass an earlier module applied would clash with the release's)."""
+    plane.kubectl("delete", "deviceclasses.resource.k8s.io", names.DRA_DEVICE_CLASS,
+                  "--ignore-not-found")  # fmt: skip
 
     def notes(*values: str) -> str:
         proc = helm(
