@@ -53,6 +53,19 @@ async def served(agent: NodeAgent, obj: dict[str, Any]) -> str:
     return key
 
 
+async def one_ready_claim(
+    new_agent: NewAgent, tmp_path: Path
+) -> tuple[NodeAgent, dict[str, Any], Reader, Preparer]:
+    """An agent serving claim c's allocation (vNPU 100, Ready), a reader that
+    knows both, and a plugin of boot b1 on that agent."""
+    agent = await new_agent(Api(), interval=3600)
+    obj = dra_alloc(phase=None)
+    await served(agent, obj)
+    reader = Reader()
+    reader.add(claim_obj(), obj)
+    return agent, obj, reader, preparer_for(agent, reader, tmp_path)
+
+
 def deleting(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": {**obj["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
 
@@ -198,12 +211,7 @@ async def test_a_vnpu_that_is_not_on_the_driver_is_refused(
 async def test_after_a_reboot_prepare_checks_again_and_rebuilds_the_spec(
     new_agent: NewAgent, tmp_path: Path
 ) -> None:
-    agent = await new_agent(Api(), interval=3600)
-    obj = dra_alloc(phase=None)
-    await served(agent, obj)
-    reader = Reader()
-    reader.add(claim_obj(), obj)
-    p = preparer_for(agent, reader, tmp_path, boot="b1")
+    agent, obj, reader, p = await one_ready_claim(new_agent, tmp_path)
     assert (await p.prepare([CLAIM]))[UID].devices
     spec = next((tmp_path / "cdi").iterdir())
 
@@ -230,12 +238,7 @@ async def test_after_a_reboot_prepare_checks_again_and_rebuilds_the_spec(
 async def test_the_orphan_collector_leaves_what_a_prepared_claim_names(
     new_agent: NewAgent, tmp_path: Path
 ) -> None:
-    agent = await new_agent(Api(), interval=3600)
-    obj = dra_alloc(phase=None)
-    await served(agent, obj)
-    reader = Reader()
-    reader.add(claim_obj(), obj)
-    p = preparer_for(agent, reader, tmp_path)
+    agent, _obj, _reader, p = await one_ready_claim(new_agent, tmp_path)
     assert (await p.prepare([CLAIM]))[UID].devices
     agent.allocs.clear()  # its allocation gone by another way than the agent's destroy
     assert 100 in agent.referenced_ids()
