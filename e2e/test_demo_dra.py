@@ -13,7 +13,7 @@ the operator are still running when the story ends and exit 0 on SIGTERM.
 
 Like e2e/test_demo.py, the story starts a plane of its own (its node, its policies, `-A`
 listings that must end empty) instead of the session's `plane`; it needs the main lane
-(Kubernetes 1.36 or later) and is skipped on an older one.
+(Kubernetes 1.36 or later) and fails, saying so, on an older one.
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ def test_the_dra_demo_story_holds(tmp_path: Path) -> None:
     plane = LocalPlane(tmp_path)
     version = tuple(int(x) for x in plane.k8s_version.lstrip("v").split(".")[:2])
     if version < (1, 36):
-        pytest.skip(f"the DRA path needs Kubernetes 1.36 or later, this lane is {version}")
+        pytest.fail(
+            f"the DRA demo needs Kubernetes 1.36 or later, this lane is {version}: run it on "
+            "the main lane (make test-e2e)"
+        )
     procs: dict[str, Any] = {}
     try:
         plane.start(progress=lambda msg: print(f"[localplane] {msg}"))
