@@ -185,11 +185,14 @@ class Cluster:
             interval=2,
         )
 
-    def _agent(self, name: str, nodes: list[str], sub: str) -> AgentProcess:
-        """Agent `name` (log `<name>.log`) keeping its state under `sub`/."""
+    def _agent(
+        self, name: str, nodes: list[str], sub: str, extra: list[str] | None = None
+    ) -> AgentProcess:
+        """Agent `name` (log `<name>.log`) keeping its state under `sub`/,
+        with `extra` flags (bench/dra.py: `--dra true`)."""
         return AgentProcess(
             self.plane, self.node_files / sub, nodes, settings=AGENT_SETTINGS, name=name,
-            log_path=self.workdir / f"{name}.log", profile_dir=profile_dir(),
+            log_path=self.workdir / f"{name}.log", profile_dir=profile_dir(), extra=extra,
         )  # fmt: skip
 
     def measure_agent_base(self) -> ProcStats:
@@ -223,6 +226,13 @@ class Cluster:
             timeout=300,
             interval=2,
         )
+
+    def start_agent(self, name: str, nodes: list[str], sub: str, extra: list[str]) -> AgentProcess:
+        """One more agent process serving `nodes` with `extra` flags (bench/dra.py:
+        the DRA nodes' agent), counted with the others from now on."""
+        agent = self._agent(name, nodes, sub, extra).start(ready_timeout=300)
+        self.agents.append(agent)
+        return agent
 
     def start_operator(self) -> None:
         self.operator = OperatorProcess(

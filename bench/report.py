@@ -7,6 +7,7 @@ import json
 import math
 import re
 import ssl
+import sys
 import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
@@ -319,6 +320,16 @@ def saturation_hint(r: dict[str, Any], cores: int, stuck_seconds: float) -> str 
         f"{stuck_seconds:g}s may be late, not lost (their latencies are above); a lower --rate "
         "or more cores tells the two apart"
     )
+
+
+def failed(counters: Mapping[str, int]) -> int:
+    """The exit status of a run with these correctness counters: 1, said on
+    stderr, where one is not 0."""
+    bad = {k: v for k, v in counters.items() if v}
+    if bad:
+        print(f"FAIL: correctness counters not 0: {bad}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def fmt(v: Any, unit: str = "s") -> str:

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -987,23 +987,34 @@ def machine() -> dict[str, Any]:
     return {"cpus_usable": len(os.sched_getaffinity(0)), "cpus": os.cpu_count(), "model": model}
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """One plane, the phases `args` ask for, the results (not printed)."""
-    start = time.monotonic()
+Starter = Callable[[argparse.Namespace, Cluster, dict[str, Any]], object]
+Phases = Callable[[argparse.Namespace, Cluster, dict[str, Any]], Coroutine[Any, Any, None]]
+
+
+def on_plane(args: argparse.Namespace, agents: int, start: Starter, run: Phases) -> dict[str, Any]:
+    """One plane of `args.nodes` nodes and `agents` agent processes (in
+    --workdir, else a temporary directory removed after), `start` then `run`
+    on it: the results with the options, the machine and the runtime."""
+    t0 = time.monotonic()
     tmp = args.workdir or Path(tempfile.mkdtemp(prefix="vnpu-bench-"))
-    cluster = Cluster(tmp, args.nodes, args.agents)
+    cluster = Cluster(tmp, args.nodes, agents)
     out: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v)
                                       for k, v in vars(args).items()}}  # fmt: skip
     out["machine"] = machine()
     try:
-        start_cluster(args, cluster, out)
-        asyncio.run(phases(args, cluster, out))
+        start(args, cluster, out)
+        asyncio.run(run(args, cluster, out))
     finally:
         cluster.stop()
     if args.workdir is None:
         shutil.rmtree(tmp, ignore_errors=True)
-    out["runtime_s"] = time.monotonic() - start
+    out["runtime_s"] = time.monotonic() - t0
     return out
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """One plane, the phases `args` ask for, the results (not printed)."""
+    return on_plane(args, args.agents, start_cluster, phases)
 
 
 def main(argv: list[str] | None = None) -> int:
