@@ -146,6 +146,10 @@ bench-1000-release: $(STAMP) plane-main ## 1000 nodes, the fill's 100 freed pods
 bench-scale: $(STAMP) plane-main ## operator and agent costs at 250, 500, 1000 and 2000 kwok nodes, 300 pods at 5/s each (bench/results-scale.json; most of an hour on 2 cores)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.scale --out bench/results-scale.json
 
+.PHONY: bench-dra
+bench-dra: $(STAMP) plane-main ## claim pods beside annotation and plain pods at one rate: 20 DRA + 20 annotation nodes, 300 pods of each kind at 3/s (about 5 min on 2 cores; bench/results-dra.json; other sizes: python -m bench.dra --nodes/--pods/--rate)
+	PYTHONPATH=$(PYPATH) $(PY) -m bench.dra --nodes 20 --pods 300 --rate 3 --out bench/results-dra.json
+
 .PHONY: bench-placement
 bench-placement: $(STAMP) ## placement quality per policy: 200 nodes, no control plane (bench/results-placement.json; minutes on 2 cores)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.placement --out bench/results-placement.json
