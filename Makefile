@@ -147,7 +147,7 @@ bench-scale: $(STAMP) plane-main ## operator and agent costs at 250, 500, 1000 a
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.scale --out bench/results-scale.json
 
 .PHONY: bench-dra
-bench-dra: $(STAMP) plane-main ## claim pods beside annotation and plain pods at one rate: 20 DRA + 20 annotation nodes, 300 pods of each kind at 3/s (about 5 min on 2 cores; bench/results-dra.json; other sizes: python -m bench.dra --nodes/--pods/--rate)
+bench-dra: $(STAMP) plane-main ## claim pods beside annotation and plain pods at one rate: 20 DRA + 20 annotation nodes, 300 pods of each kind at 3/s (about 3 min on 2 cores; bench/results-dra.json; other sizes: python -m bench.dra --nodes/--pods/--rate)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.dra --nodes 20 --pods 300 --rate 3 --out bench/results-dra.json
 
 .PHONY: bench-placement
