@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -267,6 +268,12 @@ class ClaimController:
             for alloc_key in todo.release:
                 log.info("claim %s: releasing allocation %s", key, alloc_key)
                 await self.api.delete_allocation(alloc_key)
+                # Seen as deleting until the watch says so: a reconcile in
+                # between would send the same delete again (1.8 deletes per
+                # claim pod in bench-dra before).
+                bucket = self.allocs.get(key, {})
+                if alloc_key in bucket:
+                    bucket[alloc_key] = replace(bucket[alloc_key], deleting=True)
             if view is not None:
                 creating = [d for d in todo.create if d.device in booked]
                 await self._create_all(view, creating, booked, sent)

@@ -392,3 +392,16 @@ async def test_the_schedulers_extended_resource_claim_gets_no_vnpu() -> None:
     assert w.api.created == []
     assert "vNPUs are not served that way" in (w.failure(key, DEV0) or "")
     assert w.refused("ExtendedResource") == 1
+
+
+async def test_a_released_allocation_is_deleted_once_before_the_watch_shows_it() -> None:
+    """A claim reconciled again before the allocation's deletion reaches the
+    watch (its status written, another event) sends no second delete."""
+    w = World(one_chip())
+    key = w.add(claim("a", "u1", DEV0))
+    await w.reconcile(key)
+    w.deliver(key_of("u1", DEV0))
+    w.add(claim("a", "u1"))  # deallocated
+    await w.reconcile(key)
+    await w.reconcile(key)
+    assert w.api.deleted == [key_of("u1", DEV0)]
