@@ -20,6 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from vnpu_agent import modes
 from vnpu_agent.config import AgentSettings, parse_args
 from vnpu_agent.dra import plugin as dra_plugin
+from vnpu_agent.dra import served
 from vnpu_agent.dra.plugin import KubeletPlugin
 from vnpu_agent.dra.prepare import ApiClaimReader
 from vnpu_agent.dra.publisher import (
@@ -242,6 +243,8 @@ class Agent:
         assert self.api_client is not None
         s = self.settings
         if slice_api is not None:
+            # Before the node tasks publish (they have not run yet).
+            served.mark(s.state_dir, s.nodes)
             watcher = SliceWatcher(
                 slice_api, pools,
                 timeout_seconds=s.watch_timeout_seconds, retry_max_seconds=s.retry_max_seconds,
@@ -249,13 +252,20 @@ class Agent:
             return [asyncio.create_task(watcher.run(), name="watch-resourceslices")]
         api = SliceApi(self.api_client, self.metrics.api_errors)
 
+        # Only the nodes that served DRA last time may have a pool (dra/served.py).
+        left = served.marked(s.state_dir, s.nodes)
+        if not left:
+            return []
+
         async def leave() -> None:
             try:
-                await delete_pools(api, s.nodes, written=self.metrics.dra_pool_write)
+                await delete_pools(api, left, written=self.metrics.dra_pool_write)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.error("the DRA pools of %s not deleted: %s", ", ".join(s.nodes), exc)
+                log.error("the DRA pools of %s not deleted: %s", ", ".join(left), exc)
+            else:
+                served.unmark(s.state_dir, left)
 
         return [asyncio.create_task(leave(), name="leave-dra")]
 

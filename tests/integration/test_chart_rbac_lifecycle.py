@@ -122,8 +122,10 @@ def release(plane: LocalPlane, tmp_path_factory: pytest.TempPathFactory) -> Iter
         plane.add_nodes([NodeSpec(name=n, chips={"910B3": 2}) for n in NODES])
         purge_foreign(plane, NODES)
         op_kubeconfig = token_kubeconfig(plane, workdir / "operator.kubeconfig", OPERATOR_SA)
+        # As the chart runs it with DRA off (VNPU_DRA=false): no claim informer,
+        # whose watch its RBAC, without resource.k8s.io rules then, would refuse.
         operator = OperatorProcess(
-            plane, workdir / "operator", extra=[f"--kubeconfig={op_kubeconfig}"]
+            plane, workdir / "operator", extra=["--dra=false", f"--kubeconfig={op_kubeconfig}"]
         )
         agents: dict[str, AgentProcess] = {}
         for node in NODES:

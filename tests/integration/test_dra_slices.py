@@ -234,14 +234,14 @@ def test_slices_deleted_by_someone_else_come_back_within_seconds_and_go_with_the
 def test_a_node_whose_agent_runs_without_dra_loses_its_pool(
     plane: LocalPlane, node: str, tmp_path: Path
 ) -> None:
-    for sub in ("dra", "plain"):
-        (tmp_path / sub).mkdir()
-    proc = AgentProcess(plane, tmp_path / "dra", [node], extra=["--dra=true"]).start()
+    # One state directory, as the DaemonSet's hostPath keeps it across the restart:
+    # it says the node served DRA (dra/served.py).
+    proc = AgentProcess(plane, tmp_path / "agent", [node], extra=["--dra=true"]).start()
     try:
         complete(plane, node, 1, proc)
     finally:
         proc.kill(signal.SIGTERM)
-    plain = AgentProcess(plane, tmp_path / "plain", [node]).start()
+    plain = AgentProcess(plane, tmp_path / "agent", [node]).start()
     try:
         wait_for("pool deleted", lambda: pool(plane, node) == [], timeout=20)
     finally:
