@@ -13,7 +13,7 @@ import pytest
 from agent_harness import add_node, allocation, create, phase
 
 from localplane import LocalPlane
-from localplane.components import AgentProcess, vnpu_ids
+from localplane.components import AGENT_NAMESPACE, AgentProcess, vnpu_ids
 from localplane.waiting import wait_for
 from vnpu_common import names
 
@@ -71,3 +71,16 @@ def test_a_mode_switch_with_live_allocations_of_the_other_kind_is_refused(
     # Back in its own mode, the agent serves the node and releases as ever.
     again = AgentProcess(plane, tmp_path / "a", [node], extra=served_mode).start()
     _release(plane, namespace, again)
+    _forget(plane, node)
+
+
+def _forget(plane: LocalPlane, node: str) -> None:
+    """The node goes with its pool (its slices are the Node's), VNPUNode and
+    Lease: a DRA node left with no agent would be offered to later modules'
+    claims on the shared plane."""
+    plane.kubectl("delete", "node", node, "--wait=false")
+    plane.kubectl("delete", "vnpunode", node, "--ignore-not-found", "--wait=false")
+    plane.kubectl("delete", "resourceslices.resource.k8s.io",
+                  f"--field-selector=spec.nodeName={node}", check=False)  # fmt: skip
+    plane.kubectl("delete", "lease", "-n", AGENT_NAMESPACE, names.lease_name(node),
+                  "--ignore-not-found")  # fmt: skip
