@@ -15,38 +15,15 @@ must end empty), so it starts a plane of its own instead of the session's `plane
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import demo
 from localplane import LocalPlane
+from storycheck import check_story
 
 pytestmark = [pytest.mark.plane, pytest.mark.e2e]
 
 
 def test_the_demo_story_holds(tmp_path: Path) -> None:
-    plane = LocalPlane(tmp_path)
-    procs: dict[str, Any] = {}
-    try:
-        plane.start(progress=lambda msg: print(f"[localplane] {msg}"))
-        try:
-            demo.story(plane, tmp_path, procs)
-        except demo.DemoError as exc:
-            tails = "\n".join(
-                f"--- {name} log tail ({proc.log_path})\n{demo.log_tail(proc.log_path)}"
-                for name, proc in procs.items()
-            )
-            pytest.fail(f"the demo's story broke: {exc}\n{tails}")
-        for name, proc in procs.items():
-            assert proc.proc is not None, f"the {name} was never started"
-            assert proc.proc.poll() is None, (
-                f"the {name} exited with {proc.proc.returncode} during the story:\n"
-                f"{demo.log_tail(proc.log_path)}"
-            )
-        # Each exits 0 on SIGTERM, or kill() raises with the log's tail.
-        demo.stop(procs)
-    finally:
-        for proc in procs.values():
-            proc.stop()
-        plane.stop()
+    check_story(LocalPlane(tmp_path), tmp_path, demo.story, "the demo's story")

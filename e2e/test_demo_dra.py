@@ -19,13 +19,12 @@ listings that must end empty) instead of the session's `plane`; it needs the mai
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-import demo
 import demo_dra
 from localplane import LocalPlane
+from storycheck import check_story
 
 pytestmark = [pytest.mark.plane, pytest.mark.e2e]
 
@@ -38,26 +37,4 @@ def test_the_dra_demo_story_holds(tmp_path: Path) -> None:
             f"the DRA demo needs Kubernetes 1.36 or later, this lane is {version}: run it on "
             "the main lane (make test-e2e)"
         )
-    procs: dict[str, Any] = {}
-    try:
-        plane.start(progress=lambda msg: print(f"[localplane] {msg}"))
-        try:
-            demo_dra.story(plane, tmp_path, procs)
-        except demo.DemoError as exc:
-            tails = "\n".join(
-                f"--- {name} log tail ({proc.log_path})\n{demo.log_tail(proc.log_path)}"
-                for name, proc in procs.items()
-            )
-            pytest.fail(f"the DRA demo's story broke: {exc}\n{tails}")
-        for name, proc in procs.items():
-            assert proc.proc is not None, f"the {name} was never started"
-            assert proc.proc.poll() is None, (
-                f"the {name} exited with {proc.proc.returncode} during the story:\n"
-                f"{demo.log_tail(proc.log_path)}"
-            )
-        # Each exits 0 on SIGTERM, or kill() raises with the log's tail.
-        demo.stop(procs)
-    finally:
-        for proc in procs.values():
-            proc.stop()
-        plane.stop()
+    check_story(plane, tmp_path, demo_dra.story, "the DRA demo's story")
