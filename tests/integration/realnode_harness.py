@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from chart_harness import adopt_crds
 from operator_harness import delete_vnpu_pods, pod_running, purge_foreign
 
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess
@@ -168,3 +169,22 @@ def release_node_allocations(plane: LocalPlane, real_node: RealNode) -> None:
         if (meta.get("labels") or {}).get(names.LABEL_NODE) == real_node.name:
             plane.kubectl("delete", "vnpuallocation", "-n", meta["namespace"],
                           meta["name"], "--wait=true", timeout=60, check=False)  # fmt: skip
+
+
+def ready_for_release(plane: LocalPlane, real_node: RealNode, *namespaces: str) -> None:
+    """The shared plane made ready for a chart release serving the real node,
+    whose namespace comes first in `namespaces`: an earlier agent's device
+    nodes and a local operator's webhooks and allocations go, the node is an
+    NPU node, the namespaces exist, the CRDs are the release's, and the plane's
+    own protection policies make way for the release's."""
+    for stale in real_node.device_dir.glob("vdavinci*"):
+        stale.unlink()
+    purge_foreign(plane, [real_node.name])
+    plane.kubectl("label", "node", real_node.name, f"{names.LABEL_NPU_NODE}=true", "--overwrite")
+    for ns in namespaces:
+        if plane.kubectl("get", "namespace", ns, check=False).returncode != 0:
+            plane.kubectl("create", "namespace", ns)
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, "--ignore-not-found")
+    adopt_crds(plane, namespaces[0])
+    plane.remove_policies()

@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_harness import CHART, RELEASE, adopt_crds, helm
-from operator_harness import purge_foreign
+from chart_harness import CHART, RELEASE, helm
 from realnode_harness import (
     allocation_ids,
     check_devices,
     exec_in,
+    ready_for_release,
     running,
     vnpu_busybox_pod,
 )
@@ -171,22 +171,12 @@ def release(
     release = Release(real_node, image, workdir / "agent-state")
     release.timings.update(image_build=build_s, image_import=time.monotonic() - t0)
 
-    # The node's device dir outlives a module's agent: an earlier one's leftovers go.
-    for stale in real_node.device_dir.glob("vdavinci*"):
-        stale.unlink()
+    # The node's device dir outlives a module's agent: an earlier one's leftovers go,
+    # as do a local operator's webhooks (the release brings its own).
+    ready_for_release(plane, real_node, NAMESPACE, WORK)
     real_node.add_davinci_manager()
-    purge_foreign(plane, [real_node.name])
     # An NPU node kwok serves: the DaemonSet must leave it alone (its agent would never run).
     plane.add_nodes([NodeSpec(name=KWOK_NPU_NODE, chips={"910B3": 2})])
-    plane.kubectl("label", "node", real_node.name, f"{names.LABEL_NPU_NODE}=true", "--overwrite")
-    for ns in (NAMESPACE, WORK):
-        if plane.kubectl("get", "namespace", ns, check=False).returncode != 0:
-            plane.kubectl("create", "namespace", ns)
-    # Leftovers of a local operator (not the chart's): the release brings its own.
-    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
-        plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, "--ignore-not-found")
-    adopt_crds(plane, NAMESPACE)
-    plane.remove_policies()
     values = real_node_values(
         plane, real_node, image, runtime_class=RUNTIME_CLASS, chips=CHIPS,
         state_dir=release.state_dir, cdi_dir=workdir / "cdi",

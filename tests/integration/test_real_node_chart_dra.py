@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_harness import CHART, RELEASE, adopt_crds, helm
+from chart_harness import CHART, RELEASE, helm
 from dra_harness import claim_template
-from operator_harness import purge_foreign
-from realnode_harness import exec_in, make_control_devices, running
+from realnode_harness import exec_in, make_control_devices, ready_for_release, running
 
 from localplane import productimage
 from localplane.chart import real_node_values
@@ -66,19 +65,9 @@ def dra_release(
     workdir = Path(tmp_path_factory.mktemp("realnode-chart-dra"))
     image = productimage.build(progress=lambda line: print(line))
     real_node.import_image(image.archive)
-    for stale in real_node.device_dir.glob("vdavinci*"):
-        stale.unlink()
+    ready_for_release(plane, real_node, NAMESPACE, WORK)
     # The control devices every CDI spec names (the Ascend driver makes them on a real host).
     make_control_devices(real_node)
-    purge_foreign(plane, [real_node.name])
-    plane.kubectl("label", "node", real_node.name, f"{names.LABEL_NPU_NODE}=true", "--overwrite")
-    for ns in (NAMESPACE, WORK):
-        if plane.kubectl("get", "namespace", ns, check=False).returncode != 0:
-            plane.kubectl("create", "namespace", ns)
-    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
-        plane.kubectl("delete", kind, names.WEBHOOK_CONFIG_NAME, "--ignore-not-found")
-    adopt_crds(plane, NAMESPACE)
-    plane.remove_policies()
     values = real_node_values(
         plane, real_node, image, runtime_class=RUNTIME_CLASS, chips="910B3=1",
         state_dir=workdir / "agent-state", cdi_dir=real_node.cdi_dir,
