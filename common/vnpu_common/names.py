@@ -190,6 +190,35 @@ TEMPLATE_PATTERN: Final = r"^vir[0-9]{2}(_[0-9a-z]+)*$"
 TEMPLATE_MAX_LEN: Final = 31  # TEMPLATE_NAME_LEN 32 including the NUL.
 
 
+# One request on every cluster (docs/USAGE.md, "One request"): a pod asks for
+# `resources.limits: {vnpu.io/<template>: N}`, the template name verbatim
+# (vnpu.io/vir05_1c_16g). A template name is a valid resource name as it is
+# (letters, digits, "_"), and every one starts with "vir", so none is ever
+# vnpu.io/vnpus, vnpu.io/aicore or vnpu.io/memory-mb, the charges quota counts.
+_TEMPLATE_RE: Final = re.compile(TEMPLATE_PATTERN)
+
+
+def template_resource(template: str) -> str:
+    """The extended resource a pod names to ask for vNPUs of `template`."""
+    return f"{RESOURCE_PREFIX}{template}"
+
+
+def template_of_resource(resource: str) -> str | None:
+    """The template a resource name asks for (vnpu.io/vir02 -> vir02), else None."""
+    if not resource.startswith(RESOURCE_PREFIX):
+        return None
+    template = resource[len(RESOURCE_PREFIX) :]
+    if len(template) > TEMPLATE_MAX_LEN or not _TEMPLATE_RE.match(template):
+        return None
+    return template
+
+
+def template_device_class(template: str) -> str:
+    """The DeviceClass serving vnpu.io/<template> on DRA nodes: an object name
+    (no "_"), so vir05_1c_16g -> vir05-1c-16g.vnpu.io."""
+    return f"{template.replace('_', '-')}.{GROUP}"
+
+
 def device_path(vnpu_id: int) -> str:
     """Host device node of a vNPU."""
     return f"/dev/vdavinci{vnpu_id}"

@@ -20,6 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import names
 from vnpu_common.backoff import Backoff
+from vnpu_common.fits import id_range_size, instances
 from vnpu_common.quantity import quantity_value
 from vnpu_common.rawcall import describe
 from vnpu_common.workqueue import WorkQueue
@@ -34,15 +35,30 @@ def node_totals(inventory: NodeInventory | None) -> dict[str, int]:
     """What a node offers in our extended resources; {} without a VNPUNode.
 
     vnpus is the number of vNPU ids the chips accept, the ledger's own limit
-    on the number of vNPUs a chip holds."""
+    on the number of vNPUs a chip holds. On an annotation node, also
+    vnpu.io/<template> for every template a chip offers: how many vNPUs of it
+    the empty chips hold, never less than the ledger can place there, so the
+    scheduler admits every pod the ledger pinned (docs/USAGE.md, "One request").
+    A DRA node lists none of them (see below)."""
     if inventory is None:
         return {}
-    chips = inventory.status.chips
-    return {
+    status = inventory.status
+    chips = status.chips
+    totals = {
         names.RES_AICORE: sum(c.aicore_total for c in chips),
         names.RES_MEMORY_MB: sum(c.memory_total_mb for c in chips),
-        names.RES_VNPUS: sum(max(c.vnpu_id_max - c.vnpu_id_min + 1, 0) for c in chips),
+        names.RES_VNPUS: sum(id_range_size(c) for c in chips),
     }
+    if status.dra:
+        # The scheduler serves vnpu.io/<template> from this node's ResourceSlices
+        # only while the node does not list the name (KEP-5004): one name is never
+        # offered both ways.
+        return totals
+    for chip in chips:
+        for template in status.chip_templates(chip):
+            key = names.template_resource(template.name)
+            totals[key] = totals.get(key, 0) + instances(chip, template)
+    return totals
 
 
 def status_patch(want: Mapping[str, int], node: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -40,6 +40,20 @@ class OperatorSettings(ComponentSettings):
         "allocated device, the binding conditions in the claim's status. Needs the API server "
         "to serve resource.k8s.io/v1; without it the operator says so once and goes on.",
     )
+    dra_extended_resources: bool = Field(
+        default=True,
+        description="DRA nodes serve a pod's limits: {vnpu.io/<template>: N} through the "
+        "DeviceClass per template the chart makes (dra.extendedResources): the webhook leaves "
+        "such a pod to the scheduler when a DRA node offers the template. Off, or with --dra "
+        "off: every such pod goes the annotation path (docs/USAGE.md, 'One request').",
+    )
+    dra_node_selector: Annotated[dict[str, str], NoDecode] = Field(
+        default={},
+        description="Labels of the DRA nodes where a cluster has both kinds "
+        "(key=value,key2=value2; the chart's agent.draNodeSelector): a vnpu.io/<template> "
+        "pod served by DRA gets them in its nodeSelector, so it never lands on an annotation "
+        "node, which lists vnpu.io/<template> in its capacity.",
+    )
     preemption: bool = Field(
         default=False,
         description="Let a waiting vNPU pod evict running vNPU pods of lower priority "
@@ -169,6 +183,21 @@ class OperatorSettings(ComponentSettings):
         if isinstance(value, str):
             return [n.strip() for n in value.split(",") if n.strip()]
         return value
+
+    @field_validator("dra_node_selector", mode="before")
+    @classmethod
+    def _split_selector(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        out: dict[str, str] = {}
+        for entry in (e.strip() for e in value.split(",")):
+            if not entry:
+                continue
+            key, sep, label = entry.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"--dra-node-selector: {entry!r} is not key=value")
+            out[key.strip()] = label.strip()
+        return out
 
     @property
     def placement_policy(self) -> Policy:

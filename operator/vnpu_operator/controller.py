@@ -163,7 +163,11 @@ class Controller:
         if self._offered is None or self._offered[0] != epoch:
             self._offered = (
                 epoch,
-                OfferedTemplates(self.ledger.offered(), self.ledger.template_sizes()),
+                OfferedTemplates(
+                    self.ledger.offered(),
+                    self.ledger.template_sizes(),
+                    self.ledger.dra_templates(),
+                ),
             )
         return self._offered[1]
 

@@ -214,3 +214,11 @@ nodeSelector), so the two DaemonSets never share a node.
 {{- $_ = set $affinity "nodeAffinity" $node -}}
 {{- toYaml $affinity -}}
 {{- end -}}
+
+{{- /* A label selector map as key=value,key2=value2 (sorted by key), as the operator reads
+VNPU_DRA_NODE_SELECTOR. */ -}}
+{{- define "vnpu.selectorString" -}}
+{{- $pairs := list }}
+{{- range $k, $v := . }}{{ $pairs = append $pairs (printf "%s=%s" $k $v) }}{{ end }}
+{{- join "," $pairs }}
+{{- end -}}

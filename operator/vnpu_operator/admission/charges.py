@@ -2,11 +2,14 @@
 
 The webhook writes the charge into one container's requests and limits
 (extended resources need both, and equal). ResourceQuota and Kueue then count
-`requests.vnpu.io/aicore`, `requests.vnpu.io/memory-mb` and
-`requests.vnpu.io/vnpus` the way they count CPU. The charge is exactly what the
-ledger books for the pod: count x the template's AICore and memory on the chip
-model it will run on, so the scheduler's sum of requests on a node never
-exceeds the totals the operator advertises there (vnpu_operator.advertise).
+`requests.vnpu.io/aicore`, `requests.vnpu.io/memory-mb`,
+`requests.vnpu.io/vnpus` and `requests.vnpu.io/<template>` the way they count
+CPU; the last is also what a pod on a DRA node is counted in when it asks
+`limits: {vnpu.io/<template>: N}`, so one quota counts the pod on both paths.
+The charge is exactly what the ledger books for the pod: count x the
+template's AICore and memory on the chip model it will run on, so the
+scheduler's sum of requests on a node never exceeds the totals the operator
+advertises there (vnpu_operator.advertise).
 """
 
 from __future__ import annotations
@@ -23,14 +26,19 @@ class Charge:
     aicore: int
     memory_mb: int
     vnpus: int
+    # The template of the vNPUs: charged as vnpu.io/<template> = vnpus.
+    template: str = ""
 
     def amounts(self) -> dict[str, int]:
         """Resource name -> amount."""
-        return {
+        out = {
             names.RES_AICORE: self.aicore,
             names.RES_MEMORY_MB: self.memory_mb,
             names.RES_VNPUS: self.vnpus,
         }
+        if self.template:
+            out[names.template_resource(self.template)] = self.vnpus
+        return out
 
     def resources(self) -> dict[str, str]:
         """Resource name -> quantity, as the webhook writes it."""
@@ -44,7 +52,9 @@ def charge_for(
     size = offered.size(template, chip_model)
     if size is not None:
         aicore, memory_mb = size
-        return Charge(aicore=aicore * count, memory_mb=memory_mb * count, vnpus=count)
+        return Charge(
+            aicore=aicore * count, memory_mb=memory_mb * count, vnpus=count, template=template
+        )
     sizes = offered.sizes_by_model(template)
     if len(set(sizes.values())) > 1:
         listed = "; ".join(f"{m}: {a} AICore, {mb} MB" for m, (a, mb) in sorted(sizes.items()))

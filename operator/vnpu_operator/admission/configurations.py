@@ -14,8 +14,15 @@ REGISTRATION_API_VERSION: Final = "admissionregistration.k8s.io/v1"
 TIMEOUT_SECONDS: Final = 5
 # Only pods that ask for vNPUs reach the webhook, so an operator outage under
 # failurePolicy Fail blocks those pods and no others (the operator's own included).
+# ... by annotation, or by naming vnpu.io/<template> in a container's resources
+# (admission.limits). The regular expression is names.TEMPLATE_PATTERN's, under
+# vnpu.io/ ("[.]": no backslash to escape in CEL or YAML).
+TEMPLATE_RESOURCE_REGEX: Final = "^vnpu[.]io/" + names.TEMPLATE_PATTERN.removeprefix("^")
 MATCH_EXPRESSION: Final = (
-    f"has(object.metadata.annotations) && '{names.ANN_TEMPLATE}' in object.metadata.annotations"
+    f"(has(object.metadata.annotations) && '{names.ANN_TEMPLATE}' in object.metadata.annotations)"
+    " || (object.spec.containers + object.spec.?initContainers.orValue([])).exists(c, "
+    f"c.?resources.?limits.orValue({{}}).exists(k, k.matches('{TEMPLATE_RESOURCE_REGEX}')) || "
+    f"c.?resources.?requests.orValue({{}}).exists(k, k.matches('{TEMPLATE_RESOURCE_REGEX}')))"
 )
 
 

@@ -20,6 +20,9 @@ class OfferedTemplates:
     by_model: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # (model, template) -> (AICore, memory MB) of one vNPU: what a pod is charged.
     sizes: Mapping[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # Templates some DRA node offers (its VNPUNode says status.dra): where a
+    # vnpu.io/<template> request is served by a claim (admission.limits).
+    dra: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # Frozen for real: the operator swaps in a new value on inventory change
@@ -32,13 +35,17 @@ class OfferedTemplates:
     def from_node_statuses(cls, statuses: Iterable[VNPUNodeStatus]) -> OfferedTemplates:
         offered: dict[str, set[str]] = {}
         sizes: dict[tuple[str, str], tuple[int, int]] = {}
+        dra: set[str] = set()
         for status in statuses:
             for chip in status.chips:
                 templates = status.chip_templates(chip)
                 offered.setdefault(chip.model, set()).update(t.name for t in templates)
+                if status.dra:
+                    dra.update(t.name for t in templates)
                 for t in templates:
                     sizes.setdefault((chip.model, t.name), (t.aicore, t.memory_mb))
-        return cls({model: frozenset(names) for model, names in offered.items() if names}, sizes)
+        by_model = {model: frozenset(names) for model, names in offered.items() if names}
+        return cls(by_model, sizes, frozenset(dra))
 
     @classmethod
     def of_sizes(cls, sizes: Mapping[str, Mapping[str, tuple[int, int]]]) -> OfferedTemplates:
@@ -50,6 +57,9 @@ class OfferedTemplates:
     @property
     def empty(self) -> bool:
         return not self.by_model
+
+    def on_dra(self, template: str) -> bool:
+        return template in self.dra
 
     def models(self) -> list[str]:
         return sorted(self.by_model)

@@ -50,7 +50,9 @@ def _ours(resources: object) -> dict[str, int]:
     out: dict[str, int] = {}
     for key, value in resources.items():
         resource, number = key.removeprefix(names.QUOTA_PREFIX), quantity_value(value)
-        ours = key.startswith(names.QUOTA_PREFIX) and resource in names.EXTENDED_RESOURCES
+        ours = key.startswith(names.QUOTA_PREFIX) and (
+            resource in names.EXTENDED_RESOURCES or names.template_of_resource(resource) is not None
+        )
         if ours and number is not None:
             out[resource] = number
     return out
@@ -83,10 +85,11 @@ class QuotaBook:
         for quota in self.quotas(namespace):
             for resource, hard in sorted(quota.hard.items()):
                 used = quota.used.get(resource, 0)
-                if used + wanted[resource] > hard:
+                asked = wanted.get(resource, 0)  # another template's quota: none
+                if asked and used + asked > hard:
                     return (
                         f"namespace {namespace} is over its vNPU quota: "
-                        f"{names.QUOTA_PREFIX}{resource} requested {wanted[resource]}, "
+                        f"{names.QUOTA_PREFIX}{resource} requested {asked}, "
                         f"used {used}, hard {hard} (ResourceQuota {namespace}/{quota.name}); "
                         "the pod may be created once vNPU pods of the namespace end, "
                         "or an admin raises the quota"

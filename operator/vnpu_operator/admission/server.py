@@ -48,6 +48,7 @@ from vnpu_operator.admission.configurations import (
     keep_ca_bundles,
     merge_ca_bundles,
 )
+from vnpu_operator.admission.limits import Routing
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.webhook import OfferedSource, create_app
 from vnpu_operator.config import OperatorSettings
@@ -160,6 +161,10 @@ class WebhookServer:
             runtime_class_name=self.settings.runtime_class_name,
             quotas=self.quotas,
             metrics=self.metrics,
+            routing=Routing(
+                extended_resources=self.settings.dra and self.settings.dra_extended_resources,
+                dra_node_selector=self.settings.dra_node_selector,
+            ),
         )
         app.on_response_prepare.append(self._last_on_connection_when_draining)
         self._runner = web.AppRunner(app, access_log=None)

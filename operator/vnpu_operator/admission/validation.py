@@ -42,7 +42,18 @@ def _node_name_problems(pod: Mapping[str, Any]) -> list[str]:
 
 # Every DeviceClass is also an extended resource of this name (KEP-5004, GA in 1.37): a pod
 # asking for it gets a DRA device the scheduler allocates, with no claim of its own.
-DRA_EXTENDED_RESOURCE: Final = f"deviceclass.resource.kubernetes.io/{names.DRA_DEVICE_CLASS}"
+IMPLICIT_PREFIX: Final = "deviceclass.resource.kubernetes.io/"
+DRA_EXTENDED_RESOURCE: Final = f"{IMPLICIT_PREFIX}{names.DRA_DEVICE_CLASS}"
+
+
+def is_vnpu_class_resource(key: str) -> bool:
+    """The implicit name of the chart's DeviceClass vnpu.io or of a per-template
+    one (<template>.vnpu.io): a quota on requests.vnpu.io/<template> does not
+    count it, so only vnpu.io/<template> is served."""
+    if not key.startswith(IMPLICIT_PREFIX):
+        return False
+    device_class = key[len(IMPLICIT_PREFIX) :]
+    return device_class == names.DRA_DEVICE_CLASS or device_class.endswith(f".{names.GROUP}")
 
 
 def dra_extended_resource_problems(pod: Mapping[str, Any]) -> list[str]:
@@ -64,13 +75,29 @@ def dra_extended_resource_problems(pod: Mapping[str, Any]) -> list[str]:
         where.append("pod")
     if not where:
         return []
+    named = sorted(
+        {
+            str(k)
+            for resources in [
+                *(c.get("resources") for c in _mappings(spec.get("containers"))),
+                *(c.get("resources") for c in _mappings(spec.get("initContainers"))),
+                spec.get("resources"),
+            ]
+            if isinstance(resources, Mapping)
+            for section in ("requests", "limits")
+            if isinstance(resources.get(section), Mapping)
+            for k in resources[section]
+            if is_vnpu_class_resource(str(k))
+        }
+    )
     return [
-        f"{', '.join(where)}: resources {DRA_EXTENDED_RESOURCE} (a DeviceClass as an extended "
-        "resource) are not supported for vNPUs: such a request is not counted by a quota on "
-        f"requests.{names.RES_VNPUS}. Ask for vNPUs with the {names.ANN_TEMPLATE} "
-        "annotation, or with a ResourceClaim (or ResourceClaimTemplate) of DeviceClass "
-        f"{names.DRA_DEVICE_CLASS}, named in spec.resourceClaims and in resources.claims of "
-        "the container (docs/DRA.md)"
+        f"{', '.join(where)}: resources {', '.join(named)} (a DeviceClass as an "
+        "extended resource) are not supported for vNPUs: such a request is not counted by a "
+        f"quota on requests.{names.RES_VNPUS} or requests.{names.RESOURCE_PREFIX}<template>. "
+        f"Ask for vNPUs with {names.RESOURCE_PREFIX}<template> in limits (e.g. "
+        f"{names.template_resource('vir05_1c_16g')}: 1), the {names.ANN_TEMPLATE} annotation, "
+        "or a ResourceClaim of DeviceClass "
+        f"{names.DRA_DEVICE_CLASS} (docs/USAGE.md, docs/DRA.md)"
     ]
 
 
@@ -82,7 +109,7 @@ def _names_resource(resources: Any) -> bool:
     if not isinstance(resources, Mapping):
         return False
     return any(
-        isinstance(amounts, Mapping) and DRA_EXTENDED_RESOURCE in amounts
+        isinstance(amounts, Mapping) and any(is_vnpu_class_resource(str(k)) for k in amounts)
         for amounts in (resources.get("requests"), resources.get("limits"))
     )
 

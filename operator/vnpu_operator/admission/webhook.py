@@ -19,10 +19,21 @@ from aiohttp import web
 
 from vnpu_common import names
 from vnpu_operator.admission.charges import Charge, charge_for
+from vnpu_operator.admission.limits import (
+    LimitsRequest,
+    Path,
+    Routing,
+    annotate,
+    annotation_problems,
+    dra_problems,
+    limits_request,
+    route,
+    steer_ops,
+)
 from vnpu_operator.admission.mutation import JsonPatchOp, mutate_ephemeral, mutate_pod
 from vnpu_operator.admission.offered import OfferedTemplates
 from vnpu_operator.admission.quotas import QuotaBook
-from vnpu_operator.admission.validation import validate_pod
+from vnpu_operator.admission.validation import dra_extended_resource_problems, validate_pod
 from vnpu_operator.annotations import AdmissionError, parse_request, requests_vnpus
 
 if TYPE_CHECKING:
@@ -70,16 +81,25 @@ def _no_quota(_: Charge) -> str | None:
     return None
 
 
+NO_ROUTING: Final = Routing()
+
+
 def decide_mutation(
     pod: Mapping[str, Any],
     offered: OfferedTemplates | None,
     runtime_class_name: str = "",
     over_quota: OverQuota = _no_quota,
+    routing: Routing = NO_ROUTING,
 ) -> Decision:
     """Rejects here already, with the same messages as the validating webhook:
-    the mutating webhook runs first, and a patch of a bad pod would be wasted."""
+    the mutating webhook runs first, and a patch of a bad pod would be wasted.
+    A pod asking vnpu.io/<template> in its resources (and not by annotation)
+    goes the way `routing` and the cluster's offer say (admission.limits)."""
     if not requests_vnpus(pod):
-        return Decision(allowed=True)
+        asked = limits_request(pod)
+        if asked is None:
+            return Decision(allowed=True)
+        return _decide_limits(pod, asked, offered, runtime_class_name, over_quota, routing)
     if offered is None:
         # Without the chips' templates there is no charge, and a pod admitted
         # uncharged would escape its namespace's quota for its whole life.
@@ -100,16 +120,45 @@ def decide_mutation(
         return Decision(allowed=False, problems=list(exc.problems), reason=DENIED_INVALID)
 
 
+def _decide_limits(
+    pod: Mapping[str, Any],
+    asked: LimitsRequest,
+    offered: OfferedTemplates | None,
+    runtime_class_name: str,
+    over_quota: OverQuota,
+    routing: Routing,
+) -> Decision:
+    if offered is None:
+        return Decision(allowed=False, problems=[NOT_SYNCED], reason=DENIED_NOT_SYNCED)
+    if route(asked, offered, routing) is Path.DRA:
+        # The scheduler's claim is served like any claim; quota counts the
+        # request itself, so there is no charge to write.
+        problems = dra_problems(pod, asked) + dra_extended_resource_problems(pod)
+        ops, clashes = steer_ops(pod, routing.dra_node_selector)
+        if problems or clashes:
+            return Decision(allowed=False, problems=problems + clashes, reason=DENIED_INVALID)
+        return Decision(allowed=True, patch=ops)
+    problems = annotation_problems(asked)
+    if problems:
+        return Decision(allowed=False, problems=problems, reason=DENIED_INVALID)
+    annotated, op = annotate(pod, asked)
+    verdict = decide_mutation(annotated, offered, runtime_class_name, over_quota)
+    if not verdict.allowed:
+        return verdict
+    return Decision(allowed=True, patch=[op, *verdict.patch])
+
+
 def decide_validation(
     pod: Mapping[str, Any],
     offered: OfferedTemplates | None,
     runtime_class_name: str = "",
     over_quota: OverQuota = _no_quota,
+    routing: Routing = NO_ROUTING,
 ) -> Decision:
     """Also requires the mutation to be in place: a pod without the gate could
     start before its vNPUs exist (another webhook may have undone ours). The
     same checks as the mutation; a patch it would still make is what is missing."""
-    verdict = decide_mutation(pod, offered, runtime_class_name, over_quota)
+    verdict = decide_mutation(pod, offered, runtime_class_name, over_quota, routing)
     missing = verdict.patch
     if not verdict.allowed:
         return verdict
@@ -134,13 +183,15 @@ def create_app(
     runtime_class_name: str = "",
     quotas: QuotaBook | None = None,
     metrics: OperatorMetrics | None = None,
+    routing: Routing = NO_ROUTING,
 ) -> web.Application:
     """POST /mutate, POST /validate, GET /healthz. TLS is the caller's: the
     API server only calls https endpoints. `runtime_class_name`: see mutate_pod;
     `quotas`: the namespaces' vNPU quotas, to refuse a pod that exceeds one;
-    `metrics`: where requests, denials and answer times are counted."""
+    `metrics`: where requests, denials and answer times are counted; `routing`:
+    where a vnpu.io/<template> request goes (admission.limits)."""
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    hooks = _Hooks(offered, runtime_class_name, quotas or QuotaBook(), metrics)
+    hooks = _Hooks(offered, runtime_class_name, quotas or QuotaBook(), metrics, routing)
     app.router.add_post(names.WEBHOOK_MUTATE_PATH, hooks.mutate)
     app.router.add_post(names.WEBHOOK_VALIDATE_PATH, hooks.validate)
     app.router.add_get(names.WEBHOOK_HEALTH_PATH, _healthz)
@@ -164,7 +215,7 @@ class ReviewRequest:
     old: Any = None
 
 
-Decide = Callable[[Mapping[str, Any], OfferedTemplates | None, str, OverQuota], Decision]
+Decide = Callable[[Mapping[str, Any], OfferedTemplates | None, str, OverQuota, Routing], Decision]
 
 
 class _Hooks:
@@ -174,8 +225,10 @@ class _Hooks:
         runtime_class_name: str,
         quotas: QuotaBook,
         metrics: OperatorMetrics | None,
+        routing: Routing = NO_ROUTING,
     ) -> None:
         self._offered = offered
+        self._routing = routing
         self._runtime_class_name = runtime_class_name
         self._quotas = quotas
         self._metrics = metrics
@@ -249,7 +302,9 @@ class _Hooks:
         def over_quota(charge: Charge) -> str | None:
             return self._quotas.exceeded(namespace, charge)
 
-        return decide(review.obj, self._current_offer(), self._runtime_class_name, over_quota)
+        return decide(
+            review.obj, self._current_offer(), self._runtime_class_name, over_quota, self._routing
+        )
 
     def _current_offer(self) -> OfferedTemplates | None:
         try:

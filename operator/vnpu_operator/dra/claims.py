@@ -62,10 +62,29 @@ def slim_claim(claim: Mapping[str, Any]) -> Raw:
     results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
     slim_meta = {k: meta[k] for k in ("name", "namespace", "uid", "deletionTimestamp") if k in meta}
     marker = (meta.get("annotations") or {}).get(names.DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION)
+    spec: Raw = {}
     if marker is not None:
         slim_meta["annotations"] = {names.DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION: marker}
+        # The scheduler's claim: which class each request names decides whether
+        # it is served (plan.route_refusal); other claims never need it.
+        requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+        spec = {
+            "devices": {
+                "requests": [
+                    {
+                        "name": r.get("name"),
+                        "exactly": {
+                            "deviceClassName": (r.get("exactly") or {}).get("deviceClassName")
+                        },
+                    }
+                    for r in requests
+                    if isinstance(r, Mapping)
+                ]
+            }
+        }
     return {
         "metadata": slim_meta,
+        "spec": spec,
         "status": {
             "allocation": {
                 "devices": {"results": [r for r in results if r.get("driver") == names.DRA_DRIVER]}

@@ -61,6 +61,8 @@ class ClaimView:
     listed: frozenset[str] = frozenset()
     # The scheduler's claim for an extended-resource request (KEP-5004).
     extended_resource: bool = False
+    # Request name -> the DeviceClass it names (spec.devices.requests[].exactly).
+    request_classes: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -160,6 +162,11 @@ def claim_view(claim: Mapping[str, Any]) -> ClaimView:
             for c in entry.get("conditions") or []
             if isinstance(c, Mapping)
         }
+    request_classes = {
+        str(r.get("name", "")): str((r.get("exactly") or {}).get("deviceClassName", ""))
+        for r in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+        if isinstance(r, Mapping) and isinstance(r.get("exactly") or {}, Mapping)
+    }
     return ClaimView(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
@@ -171,6 +178,7 @@ def claim_view(claim: Mapping[str, Any]) -> ClaimView:
         listed=frozenset(listed),
         extended_resource=names.DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION
         in (meta.get("annotations") or {}),
+        request_classes=request_classes,
     )
 
 
@@ -314,14 +322,25 @@ def route_refusal(view: ClaimView, device: ClaimDevice) -> Refusal | None:
             "vNPU that no quota or counter holds); list vNPUs with kubectl get "
             "vnpuallocations -A -o wide",
         )
-    if view.extended_resource:
+    device_class = view.request_classes.get(device.request, "")
+    if view.extended_resource and not _template_class(device_class, device.device):
+        # Only vnpu.io/<template>, through its own class, is what quota on
+        # requests.vnpu.io/<template> counts; the catch-all class vnpu.io as an
+        # extended resource (deviceclass.resource.kubernetes.io/vnpu.io) is not.
         return Refusal(
             EXTENDED_RESOURCE,
             f"ResourceClaim {view.key} is the scheduler's claim for an extended resource "
-            "(deviceclass.resource.kubernetes.io/...): vNPUs are not served that way; ask "
-            "with the vnpu.io/template annotation or a ResourceClaim",
+            f"of DeviceClass {device_class or '?'}: vNPUs are served as an extended resource "
+            "only as vnpu.io/<template> (e.g. vnpu.io/vir05_1c_16g: 1 in limits), through the "
+            "chart's DeviceClass <template>.vnpu.io",
         )
     return None
+
+
+def _template_class(device_class: str, device: str) -> bool:
+    """`device_class` is the per-template class of `device`'s template."""
+    parsed = names.parse_dra_device_name(device)
+    return parsed is not None and device_class == names.template_device_class(parsed[1])
 
 
 def pick_vnpu_id(state: NodeState | None, device: str, node: str = "") -> int | Refusal:

@@ -78,6 +78,9 @@ class Ledger:
         # they take change; most inventory updates change capacity, not the
         # offer, and most new nodes offer what others do.
         self.catalog_epoch = 0
+        # node -> the templates it offers as a DRA node (the webhook's route for
+        # vnpu.io/<template>); moves catalog_epoch too, not the kept answers.
+        self._dra_offer: dict[str, frozenset[str]] = {}
         # node -> (template, chip model, charge, count, policy) -> what fitting.fit_node said.
         # A node's answer only changes when the node does (inventory,
         # liveness, an allocation on it) or the catalog does, so a stream of
@@ -111,6 +114,7 @@ class Ledger:
         for inventory in inventories:
             ledger._nodes[inventory.name] = inventory
             ledger._catalog.set_node(inventory.name, _offer(inventory))
+            ledger._set_dra_offer(inventory.name, inventory)
         ledger._names = sorted(ledger._nodes)
         ledger._catalog_moved()
         for allocation in allocations:
@@ -152,6 +156,8 @@ class Ledger:
         offer = _offer(inventory)
         if (old is None or _offer(old) != offer) and self._catalog.set_node(inventory.name, offer):
             self._catalog_moved()
+        if self._set_dra_offer(inventory.name, inventory):
+            self.catalog_epoch += 1
 
     def remove_node(self, name: str) -> NodeInventory | None:
         """Forgets the inventory; allocations on the node stay booked until
@@ -162,7 +168,29 @@ class Ledger:
             del self._names[bisect.bisect_left(self._names, name)]
             if self._catalog.remove_node(name):
                 self._catalog_moved()
+            if self._set_dra_offer(name, None):
+                self.catalog_epoch += 1
         return removed
+
+    def _set_dra_offer(self, name: str, inventory: NodeInventory | None) -> bool:
+        """True if what `name` offers as a DRA node changed."""
+        status = inventory.status if inventory is not None else None
+        offer = (
+            frozenset(t.name for c in status.chips for t in status.chip_templates(c))
+            if status is not None and status.dra
+            else frozenset()
+        )
+        if self._dra_offer.get(name, frozenset()) == offer:
+            return False
+        if offer:
+            self._dra_offer[name] = offer
+        else:
+            self._dra_offer.pop(name, None)
+        return True
+
+    def dra_templates(self) -> frozenset[str]:
+        """The templates some DRA node offers; changes move catalog_epoch."""
+        return frozenset().union(*self._dra_offer.values())
 
     def set_live(self, name: str, live: bool) -> bool:
         """Lease changes arrive apart from inventories; True if known."""

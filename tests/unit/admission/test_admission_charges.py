@@ -16,6 +16,8 @@ from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.webhook import NOT_SYNCED, decide_mutation, decide_validation
 
 AICORE, MEMORY, VNPUS = names.RES_AICORE, names.RES_MEMORY_MB, names.RES_VNPUS
+# The default template's own resource: quota on requests.vnpu.io/<template> counts it.
+TEMPLATE = names.template_resource("vir05_1c_16g")
 
 
 def _admit(pod: dict[str, Any], offered: OfferedTemplates) -> dict[str, Any]:
@@ -38,7 +40,7 @@ def test_count_times_template_is_charged_to_the_first_container(
     pod = make_pod(containers=["app", "sidecar"], annotations={names.ANN_COUNT: "3"})
     patched = _admit(pod, offered)
     app, sidecar = patched["spec"]["containers"]
-    want = {AICORE: "15", MEMORY: str(3 * 16384), VNPUS: "3"}
+    want = {AICORE: "15", MEMORY: str(3 * 16384), VNPUS: "3", TEMPLATE: "3"}
     assert _requests(app) == (want, want)
     assert _requests(sidecar) == ({}, {})
 
@@ -54,7 +56,7 @@ def test_the_charge_goes_to_a_container_named_in_vnpu_containers(
     patched = _admit(pod, offered)
     (setup,) = patched["spec"]["initContainers"]
     app, worker = patched["spec"]["containers"]
-    assert _requests(worker)[0] == {AICORE: "5", MEMORY: "16384", VNPUS: "1"}
+    assert _requests(worker)[0] == {AICORE: "5", MEMORY: "16384", VNPUS: "1", TEMPLATE: "1"}
     assert _requests(app) == ({}, {})
     assert _requests(setup) == ({}, {})
 
@@ -72,7 +74,7 @@ def test_what_a_user_wrote_for_our_resources_is_replaced_and_removed(
     )
     patched = _admit(pod, offered)
     app, b = patched["spec"]["containers"]
-    want = {AICORE: "5", MEMORY: "16384", VNPUS: "1"}
+    want = {AICORE: "5", MEMORY: "16384", VNPUS: "1", TEMPLATE: "1"}
     assert _requests(app) == ({**want, "cpu": "500m"}, want)
     assert _requests(b) == ({}, {"memory": "1Gi"})
     assert _requests(patched["spec"]["initContainers"][0]) == ({}, {})
@@ -118,7 +120,7 @@ def test_a_template_sized_alike_on_every_model_needs_none(make_pod: PodFactory) 
     offered = OfferedTemplates.of_sizes(
         {"910B3": {"vir05_1c_16g": (5, 16384)}, "910B4": {"vir05_1c_16g": (5, 16384)}}
     )
-    assert charge_for("vir05_1c_16g", 2, None, offered) == Charge(10, 32768, 2)
+    assert charge_for("vir05_1c_16g", 2, None, offered) == Charge(10, 32768, 2, "vir05_1c_16g")
     assert _admit(make_pod(), offered)
 
 
@@ -200,7 +202,7 @@ def test_a_pod_that_already_carries_its_charge_is_admitted_as_it_is(
     charge the webhook would write (docs/USAGE.md, Quota with Kueue): the pods the
     Job makes keep it, their resources untouched. (Limits alone reach the webhook as
     requests and limits: the API server defaults requests before admission.)"""
-    want = {AICORE: "10", MEMORY: str(2 * 16384), VNPUS: "2"}
+    want = {AICORE: "10", MEMORY: str(2 * 16384), VNPUS: "2", TEMPLATE: "2"}
     resources = {"requests": {**want, "cpu": "1"}, "limits": dict(want)}
     pod = make_pod(
         containers=[{"name": "app", "image": "x", "resources": resources}],

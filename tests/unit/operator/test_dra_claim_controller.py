@@ -381,16 +381,57 @@ async def test_an_admin_access_device_gets_no_vnpu() -> None:
     assert w.refused("AdminAccess") == 1
 
 
-async def test_the_schedulers_extended_resource_claim_gets_no_vnpu() -> None:
-    """KEP-5004's claim for `deviceclass.resource.kubernetes.io/vnpu.io` in a
-    pod's limits: the annotation path's quota never sees it."""
-    w = World(one_chip())
-    obj = claim("pod-extended-resources-x", "u1", DEV0)
+def extended_claim(name: str, uid: str, device_class: str, *devices: str) -> dict[str, Any]:
+    """The scheduler's claim for a pod's extended-resource request (KEP-5004),
+    in its own shape: annotated, no pod claim name, one request per container
+    named container-<i>-request-<j>, owned by the pod it is reserved for."""
+    obj = claim(name, uid, *devices)
     obj["metadata"]["annotations"] = {names.DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"}
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": f"{name}-pod", "uid": f"{uid}-pod"}
+    ]
+    request = "container-0-request-0"
+    obj["spec"]["devices"]["requests"] = [
+        {"name": request, "exactly": {"deviceClassName": device_class, "count": len(devices)}}
+    ]
+    for result in obj["status"]["allocation"]["devices"]["results"]:
+        result["request"] = request
+    return obj
+
+
+async def test_the_schedulers_claim_for_the_catch_all_class_gets_no_vnpu() -> None:
+    """KEP-5004's claim for `deviceclass.resource.kubernetes.io/vnpu.io` in a
+    pod's limits: no quota on requests.vnpu.io/<template> sees it."""
+    w = World(one_chip())
+    key = w.add(extended_claim("pod-extended-resources-x", "u1", names.DRA_DEVICE_CLASS, DEV0))
+    await w.reconcile(key)
+    assert w.api.created == []
+    assert "only as vnpu.io/<template>" in (w.failure(key, DEV0) or "")
+    assert w.refused("ExtendedResource") == 1
+
+
+async def test_the_schedulers_claim_for_vnpu_io_template_gets_its_vnpus() -> None:
+    """limits: {vnpu.io/vir05_1c_16g: 2}, served through the class
+    vir05-1c-16g.vnpu.io: both devices get an allocation, booked in the ledger."""
+    w = World(one_chip())
+    obj = extended_claim(
+        "pod-extended-resources-y", "u2", names.template_device_class(SMALL), DEV0, DEV1
+    )
+    key = w.add(obj)
+    await w.reconcile(key)
+    assert sorted(b["spec"]["claim"]["device"] for b in w.api.created) == [DEV0, DEV1]
+    assert w.refused("ExtendedResource") == 0
+    assert w.failure(key, DEV0) is None
+
+
+async def test_a_class_of_another_template_is_refused() -> None:
+    """A class whose template is not the device's (a class made by hand that
+    selects too much) charges quota for one template and hands out another."""
+    w = World(one_chip())
+    obj = extended_claim("pod-extended-resources-z", "u3", names.template_device_class(BIG), DEV0)
     key = w.add(obj)
     await w.reconcile(key)
     assert w.api.created == []
-    assert "vNPUs are not served that way" in (w.failure(key, DEV0) or "")
     assert w.refused("ExtendedResource") == 1
 
 
