@@ -18,6 +18,7 @@ from vnpu_operator.admission.webhook import NOT_SYNCED, decide_mutation, decide_
 SMALL, BIG = "vir05_1c_16g", "vir10_3c_32g"
 SMALL_RES, BIG_RES = names.template_resource(SMALL), names.template_resource(BIG)
 DRA_ON = Routing(extended_resources=True)
+NO_DRA = Routing()
 
 
 def _limits(name: str, **amounts: Any) -> dict[str, Any]:
@@ -33,7 +34,7 @@ def _pod(make_pod: PodFactory, *containers: dict[str, Any], **spec: Any) -> dict
 
 
 def _admit(
-    pod: dict[str, Any], offered: OfferedTemplates, routing: Routing = Routing()
+    pod: dict[str, Any], offered: OfferedTemplates, routing: Routing = NO_DRA
 ) -> dict[str, Any]:
     decision = decide_mutation(pod, offered, routing=routing)
     assert decision.allowed, decision.problems
@@ -80,7 +81,8 @@ def test_the_containers_that_ask_add_up_and_see_the_vnpus(
     assert SMALL_RES not in b["resources"]["limits"]
     visible = {c["name"]: {e["name"]: e for e in c["env"]}[names.ENV_VISIBLE_DEVICES]
                for c in (a, idle, b)}  # fmt: skip
-    assert "valueFrom" in visible["a"] and "valueFrom" in visible["b"]
+    assert "valueFrom" in visible["a"]
+    assert "valueFrom" in visible["b"]
     assert visible["idle"].get("value") == ""
 
 
