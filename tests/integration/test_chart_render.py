@@ -200,15 +200,38 @@ def test_dra_gives_the_agent_the_flag_its_rbac_and_the_device_class(
     ]  # fmt: skip
     assert rules["resource.k8s.io/resourceclaims"] == ["get", "list", "watch"]
     assert "resourceslices" in scoped(on)
-    (cls,) = [d for d in on if d["kind"] == "DeviceClass"]
+    classes = {d["metadata"]["name"]: d for d in on if d["kind"] == "DeviceClass"}
+    cls = classes.pop(names.DRA_DEVICE_CLASS)
     assert cls["apiVersion"] == "resource.k8s.io/v1"
-    assert cls["metadata"]["name"] == names.DRA_DEVICE_CLASS
     assert cls["spec"]["selectors"] == [{"cel": {"expression": 'device.driver == "vnpu.io"'}}]
+    assert "extendedResourceName" not in cls["spec"]
+    # One class per template of the catalog, each its template's extended resource.
+    small = classes[names.template_device_class("vir05_1c_16g")]
+    assert small["spec"] == {
+        "selectors": [{"cel": {"expression": 'device.driver == "vnpu.io" && '
+                               'device.attributes["vnpu.io"].template == "vir05_1c_16g"'}}],
+        "extendedResourceName": names.template_resource("vir05_1c_16g"),
+    }  # fmt: skip
+    served = {c["spec"]["extendedResourceName"] for c in classes.values()}
+    assert len(served) == len(classes) == 18
+    assert not served & set(names.EXTENDED_RESOURCES)  # the charges are on no class
+    (deploy,) = [d for d in on if d["kind"] == "Deployment"]
+    operator_env = {e["name"]: e.get("value")
+                    for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}  # fmt: skip
+    assert operator_env["VNPU_DRA_EXTENDED_RESOURCES"] == "true"
+    off_er = render(plane, *DRA_ON, *DRA_API, "--set", "dra.extendedResources=false")
+    assert [d["metadata"]["name"] for d in off_er if d["kind"] == "DeviceClass"] == ["vnpu.io"]
+    bad = template(plane, *DRA_ON, *DRA_API, "--set", "dra.templates={vir05_1c_16g,Vir01}",
+                   check=False)  # fmt: skip
+    assert bad.returncode != 0
+    assert "Vir01" in bad.stderr
 
     # Not served (Kubernetes < 1.34, or not named to helm template): no class.
     assert not [d for d in render(plane, *DRA_ON) if d["kind"] == "DeviceClass"]
     no_class = render(plane, *DRA_ON, "--set", "dra.deviceClass=false", *DRA_API)
-    assert not [d for d in no_class if d["kind"] == "DeviceClass"]
+    no_class_names = [d["metadata"]["name"] for d in no_class if d["kind"] == "DeviceClass"]
+    assert names.DRA_DEVICE_CLASS not in no_class_names  # the per-template ones stay
+    assert len(no_class_names) == 18
 
     # What the API server makes of it (the plane serves resource.k8s.io/v1). A
     # class an earlier module applied (the DRA tests share the plane) goes first.
@@ -223,6 +246,9 @@ def test_dra_gives_the_agent_the_flag_its_rbac_and_the_device_class(
     )
     assert proc.returncode == 0, proc.stderr
     assert "deviceclass.resource.k8s.io/vnpu.io created (server dry run)" in proc.stdout
+    assert "deviceclass.resource.k8s.io/vir05-1c-16g.vnpu.io created (server dry run)" in (
+        proc.stdout
+    )
 
 
 def _kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -508,7 +534,9 @@ def test_the_dra_admission_policies_follow_protection_and_the_device_classes(
     assert f"deviceclass.resource.kubernetes.io/{names.DRA_DEVICE_CLASS}" in pods
     mine = policies("--set-json", 'dra.extraDeviceClasses=["npu.example.com"]')
     (refused,) = mine[f"{RELEASE}-dra-admin-access"]["spec"]["variables"]
-    assert '["vnpu.io","npu.example.com"]' in refused["expression"]
+    # The chart's catch-all class, the admin's, then every per-template class.
+    assert '["vnpu.io","npu.example.com","vir01.vnpu.io",' in refused["expression"]
+    assert '"vir05-1c-16g.vnpu.io"' in refused["expression"]
     pods = json.dumps(mine[f"{RELEASE}-dra-extended-resource"]["spec"])
     assert "deviceclass.resource.kubernetes.io/npu.example.com" in pods
     proc = template(

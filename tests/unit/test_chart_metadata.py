@@ -56,3 +56,16 @@ def test_the_image_is_the_default_image_and_the_metadata_is_complete() -> None:
     assert CHART["sources"]
     assert CHART["maintainers"]
     assert CHART["kubeVersion"]
+
+
+def test_the_chart_makes_a_device_class_for_every_template_of_the_catalog() -> None:
+    """dra.templates is the catalog's template list: a template the agent's catalog
+    offers without a DeviceClass would be asked for by vnpu.io/<template> in vain on
+    DRA nodes (the webhook sends it there when a DRA node offers it)."""
+    from vnpu_agent.drivers import catalog
+
+    offered = {
+        t.name for model in catalog.known_models() for t in catalog.find_model(model).templates
+    }
+    assert set(VALUES["dra"]["templates"]) == offered
+    assert all(names.template_of_resource(names.template_resource(t)) == t for t in offered)
