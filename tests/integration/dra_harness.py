@@ -18,6 +18,50 @@ def device_class() -> dict[str, Any]:
     }
 
 
+def template_class(template: str) -> dict[str, Any]:
+    """The chart's DeviceClass for vnpu.io/<template> (templates/deviceclass.yaml;
+    test_chart_render checks the chart renders exactly this)."""
+    selector = f'device.attributes["{names.DRA_DRIVER}"].{names.DRA_ATTR_TEMPLATE} == "{template}"'
+    return {
+        "apiVersion": names.RESOURCE_API,
+        "kind": "DeviceClass",
+        "metadata": {"name": names.template_device_class(template)},
+        "spec": {
+            "selectors": [
+                {"cel": {"expression": f'device.driver == "{names.DRA_DRIVER}" && {selector}'}}
+            ],
+            "extendedResourceName": names.template_resource(template),
+        },
+    }
+
+
+def limits_pod(
+    namespace: str, name: str, counts: dict[str, int], **spec: Any
+) -> dict[str, Any]:
+    """A pod asking for vNPUs the one way that works on every cluster: one
+    container per entry of `counts` (template -> N), each with
+    limits: {vnpu.io/<template>: N}."""
+    containers = [
+        {
+            "name": f"c{i}",
+            "image": "busybox",
+            "resources": {"limits": {names.template_resource(t): str(n)}},
+        }
+        for i, (t, n) in enumerate(counts.items())
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": containers,
+            "tolerations": [{"operator": "Exists"}],
+            "nodeSelector": {"type": "kwok"},
+            **spec,
+        },
+    }
+
+
 def claim_template(namespace: str, name: str, template: str, count: int = 1) -> dict[str, Any]:
     selector = f'device.attributes["{names.DRA_DRIVER}"].{names.DRA_ATTR_TEMPLATE} == "{template}"'
     return {
