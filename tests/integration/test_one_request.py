@@ -30,10 +30,8 @@ def stack(stack_of: StackOf) -> Stack:
     return stack_of([NodeSpec(name=NODE, chips={"910B3": 1}, labels={"one-request": NODE})])
 
 
-def _pod(namespace: str, name: str, **counts: int) -> dict[str, Any]:
-    return limits_pod(
-        namespace, name, {SMALL: n for n in counts.values()}, nodeSelector={"one-request": NODE}
-    )
+def _pod(namespace: str, name: str, count: int) -> dict[str, Any]:
+    return limits_pod(namespace, name, {SMALL: count}, nodeSelector={"one-request": NODE})
 
 
 def _quota(plane: LocalPlane, namespace: str, hard: dict[str, str]) -> None:
@@ -47,10 +45,12 @@ def _quota(plane: LocalPlane, namespace: str, hard: dict[str, str]) -> None:
     )
     wait_for(
         "quota counted",
-        lambda: (get_json(plane, "resourcequota", "-n", namespace, "vnpu") or {})
-        .get("status", {})
-        .get("hard")
-        == hard,
+        lambda: (
+            (get_json(plane, "resourcequota", "-n", namespace, "vnpu") or {})
+            .get("status", {})
+            .get("hard")
+            == hard
+        ),
         timeout=30,
         interval=0.3,
     )
@@ -85,7 +85,7 @@ def test_limits_run_through_the_annotation_path_and_quota_counts_them(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
     _quota(plane, namespace, {f"requests.{SMALL_RES}": "3", f"requests.{names.RES_VNPUS}": "3"})
-    plane.apply(_pod(namespace, "two", a=2))
+    plane.apply(_pod(namespace, "two", 2))
     wait_for(
         "pod two running with 2 vNPUs",
         lambda: _ready(plane, namespace, "two") == 2
@@ -103,19 +103,21 @@ def test_limits_run_through_the_annotation_path_and_quota_counts_them(
     assert limits[names.RES_VNPUS] == "2"
     wait_for(
         "quota counts the pod in both names",
-        lambda: plane.quota_used(namespace, "vnpu").get(f"requests.{SMALL_RES}") == "2"
-        and plane.quota_used(namespace, "vnpu").get(f"requests.{names.RES_VNPUS}") == "2",
+        lambda: (
+            plane.quota_used(namespace, "vnpu").get(f"requests.{SMALL_RES}") == "2"
+            and plane.quota_used(namespace, "vnpu").get(f"requests.{names.RES_VNPUS}") == "2"
+        ),
         timeout=30,
     )
     # Two more would make four of the template: refused, in the webhook's words or the
     # API server's (in a burst its own count answers first).
     proc = plane.kubectl(
-        "create", "-f", "-", input=yaml.safe_dump(_pod(namespace, "over", a=2)), check=False
+        "create", "-f", "-", input=yaml.safe_dump(_pod(namespace, "over", 2)), check=False
     )
     assert proc.returncode != 0, proc.stdout
     assert f"requests.{SMALL_RES}" in proc.stderr or SMALL_RES in proc.stderr, proc.stderr
     # One more fits.
-    plane.apply(_pod(namespace, "one", a=1))
+    plane.apply(_pod(namespace, "one", 1))
     wait_for(
         "pod one given its vNPU",
         lambda: _ready(plane, namespace, "one") == 1,
