@@ -299,3 +299,30 @@ def dra_allocation_name(claim_uid: str, device: str) -> str:
     """The VNPUAllocation of one allocated device of a claim: the claim UID
     makes it unique in the namespace and stable across operator restarts."""
     return f"{claim_uid}-{device}"[:253]
+
+
+# --------------------------------------------------------------------------
+# What a vNPU container sees (docs/DRA.md, "What the container sees"). CANN
+# numbers the devices a container holds 0..n-1 in ascending vNPU id; the id
+# itself (ASCEND_VISIBLE_DEVICES, /dev/davinci<id>) is never an index.
+ENV_RT_VISIBLE_DEVICES: Final = "ASCEND_RT_VISIBLE_DEVICES"
+# KEP-5304 device metadata, as k8s.io/dynamic-resource-allocation v0.37
+# (api/metadata, kubeletplugin/metadata.go) lays it out: newest version first.
+DRA_METADATA_API_VERSIONS: Final = (
+    "metadata.resource.k8s.io/v1beta1",
+    "metadata.resource.k8s.io/v1alpha1",
+)
+DRA_METADATA_KIND: Final = "DeviceMetadata"
+DRA_METADATA_CONTAINER_DIR: Final = "/var/run/kubernetes.io/dra-device-attributes"
+DRA_METADATA_CLAIMS_SUBDIR: Final = "resourceclaims"
+DRA_METADATA_TEMPLATES_SUBDIR: Final = "resourceclaimtemplates"
+DRA_METADATA_FILE: Final = f"{DRA_DRIVER}-metadata.json"
+DRA_METADATA_HOST_SUBDIR: Final = "dra-device-metadata"
+# Set on a claim made from a template: its name in the pod (pod.spec.resourceClaims[].name).
+DRA_POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
+DRA_ATTR_VNPU_ID: Final = "vnpuId"
+
+
+def device_indexes(count: int) -> str:
+    """ASCEND_RT_VISIBLE_DEVICES of a container holding `count` vNPUs: all of them."""
+    return ",".join(str(i) for i in range(count))

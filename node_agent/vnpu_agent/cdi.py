@@ -13,6 +13,10 @@ Device nodes carry no type, major or minor: the driver picks the major when
 it loads, so the runtime's CDI library stats each `hostPath` at injection
 time. A spec therefore injects only on a host where its host paths exist,
 which is why their directory is a setting.
+
+A claim's specs also carry what the container needs to know its vNPUs
+(docs/DRA.md, "What the container sees"): the env of the request a device
+serves and the mount of that request's KEP-5304 metadata file.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +56,7 @@ def device_name(vnpu_id: int) -> str:
     return f"{CDI_KIND}={vnpu_id}"
 
 
-def _device(name: str, vnpu_id: int, host_device_dir: Path) -> dict[str, Any]:
+def _device(name: str, vnpu_id: int, host_device_dir: Path, env: list[str]) -> dict[str, Any]:
     """One CDI device giving a container the vNPU `vnpu_id`: the host's
     `vdavinci<id>` appears in the container as `/dev/davinci<id>` (what the
     Ascend runtime does), the control devices under their own names, all
@@ -59,25 +64,23 @@ def _device(name: str, vnpu_id: int, host_device_dir: Path) -> dict[str, Any]:
     host = Path(names.device_path(vnpu_id)).name
     nodes = [{"path": f"/dev/davinci{vnpu_id}", "hostPath": str(host_device_dir / host)}]
     nodes += [{"path": f"/dev/{d}", "hostPath": str(host_device_dir / d)} for d in SHARED_DEVICES]
-    return {
-        "name": name,
-        "containerEdits": {
-            "deviceNodes": nodes,
-            "env": [
-                f"{names.ENV_VISIBLE_DEVICES}={vnpu_id}",
-                f"{names.ENV_RUNTIME_OPTIONS}={names.RUNTIME_OPTIONS_VIRTUAL}",
-            ],
-        },
-    }
+    return {"name": name, "containerEdits": {"deviceNodes": nodes, "env": env}}
 
 
 def render(vnpu_id: int, template: str, host_device_dir: Path = HOST_DEVICE_DIR) -> dict[str, Any]:
-    """The spec of one vNPU, device `vnpu.io/vnpu=<id>` (see _device)."""
+    """The spec of one vNPU, device `vnpu.io/vnpu=<id>` (see _device). Its env
+    names this vNPU alone and no device index: a requester may name several of
+    these for one container, and the CDI library keeps one value per variable
+    (the last device's), so an index list here would hide the others."""
+    env = [
+        f"{names.ENV_VISIBLE_DEVICES}={vnpu_id}",
+        f"{names.ENV_RUNTIME_OPTIONS}={names.RUNTIME_OPTIONS_VIRTUAL}",
+    ]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": CDI_KIND,
         "annotations": {f"{names.GROUP}/template": template},
-        "devices": [_device(str(vnpu_id), vnpu_id, host_device_dir)],
+        "devices": [_device(str(vnpu_id), vnpu_id, host_device_dir, env)],
     }
 
 
@@ -141,15 +144,55 @@ def claim_spec_path(cdi_dir: Path, claim_uid: str, device: str) -> Path:
     return cdi_dir / f"{names.GROUP}-claim-{claim_device(claim_uid, device)}.json"
 
 
+def claim_env(request_ids: Iterable[int]) -> list[str]:
+    """The env of every device of one request: the request's vNPUs, and CANN's
+    indexes of them. The CDI library keeps one value per variable, the last
+    device's, so each device of a request carries the same values: a
+    container that takes one request gets them whatever the device order.
+
+    ASCEND_VISIBLE_DEVICES and VIRTUAL are what the Ascend runtime reads (it
+    mounts what CDI already did, and its hook mounts the driver's libraries
+    only when the list is not empty); ASCEND_VNPU_SPECS empty keeps an image's
+    value from making the runtime create a vNPU of its own; and
+    ASCEND_RT_VISIBLE_DEVICES replaces any the image or the pod brought:
+    CANN reads it as indexes 0..n-1 over the container's devices in ascending
+    id, and a vNPU id there (116) names no device at all."""
+    ids = sorted(set(request_ids))
+    return [
+        f"{names.ENV_VISIBLE_DEVICES}={','.join(str(i) for i in ids)}",
+        f"{names.ENV_RUNTIME_OPTIONS}={names.RUNTIME_OPTIONS_VIRTUAL}",
+        f"{names.ENV_VNPU_SPECS}=",
+        f"{names.ENV_RT_VISIBLE_DEVICES}={names.device_indexes(len(ids))}",
+    ]
+
+
+def metadata_mount(host_file: Path, container_file: str) -> dict[str, Any]:
+    """A request's KEP-5304 metadata file, read-only where the container looks
+    for it (the mount k8s.io/dynamic-resource-allocation v0.37's kubeletplugin
+    writes, metadata.go writeCDISpec). Every device of the request carries it:
+    the CDI library keeps one mount per container path, so a container
+    gets it once, whichever of the request's devices it is given first."""
+    return {"hostPath": str(host_file), "containerPath": container_file,
+            "options": ["ro", "bind"]}  # fmt: skip
+
+
 def render_claim(
     claim_uid: str,
     device: str,
     vnpu_id: int,
     template: str,
     host_device_dir: Path = HOST_DEVICE_DIR,
+    request_ids: Iterable[int] = (),
+    metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The spec of one prepared claim device: kind `vnpu.io/claim`, the
-    same device nodes and env as the vNPU's own spec (render)."""
+    """The spec of one prepared claim device: kind `vnpu.io/claim`, the same
+    device nodes as the vNPU's own spec (render), the env of its request
+    (claim_env; `request_ids`: the request's vNPUs, this one at least) and
+    the mount of its request's metadata file (metadata_mount), if any."""
+    edits = _device(claim_device(claim_uid, device), vnpu_id, host_device_dir,
+                    claim_env([vnpu_id, *request_ids]))  # fmt: skip
+    if metadata is not None:
+        edits["containerEdits"]["mounts"] = [metadata]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": names.DRA_CDI_KIND,
@@ -157,7 +200,7 @@ def render_claim(
             f"{names.GROUP}/template": template,
             f"{names.GROUP}/claim-uid": claim_uid,
         },
-        "devices": [_device(claim_device(claim_uid, device), vnpu_id, host_device_dir)],
+        "devices": [edits],
     }
 
 
@@ -168,9 +211,13 @@ def write_claim(
     vnpu_id: int,
     template: str,
     host_device_dir: Path = HOST_DEVICE_DIR,
+    request_ids: Iterable[int] = (),
+    metadata: dict[str, Any] | None = None,
 ) -> Path:
     path = claim_spec_path(cdi_dir, claim_uid, device)
-    spec = render_claim(claim_uid, device, vnpu_id, template, host_device_dir)
+    spec = render_claim(
+        claim_uid, device, vnpu_id, template, host_device_dir, request_ids, metadata
+    )
     return _write_atomic(cdi_dir, path, spec)
 
 

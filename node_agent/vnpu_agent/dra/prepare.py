@@ -1,7 +1,8 @@
 """What the kubelet plugin does, without gRPC: prepare a node's claims (check
-each allocated device's VNPUAllocation, write its CDI spec), unprepare them,
-and remember which are prepared across restarts and reboots (checkpoint.py;
-docs/DRA.md, "The kubelet plugin").
+each allocated device's VNPUAllocation, write its CDI spec and its request's
+KEP-5304 metadata file), unprepare them, and remember which are prepared
+across restarts and reboots (checkpoint.py; docs/DRA.md, "The kubelet
+plugin", "What the container sees").
 
 A device is prepared only from a VNPUAllocation that is Ready on this node:
 this never creates a vNPU. The plugin is the last line of defense against one
@@ -32,6 +33,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_agent import cdi
+from vnpu_agent.dra import metadata
 from vnpu_agent.dra.checkpoint import COMPLETED, STARTED, Checkpoint, Entry
 from vnpu_agent.dra.checkpoint import ClaimId as ClaimId  # what plugin.py names calls by
 from vnpu_agent.dra.checkpoint import PreparedDevice as PreparedDevice
@@ -135,15 +137,27 @@ class Preparer:
         guard: DeviceGuard | None = None,
         boot_id: str | None = None,
         observe: Observe | None = None,
+        metadata_dir: Path | None = None,
     ) -> None:
         """`guard`: the node's allocations and vNPUs (for_node always gives
         it; without one, as in tests of the gRPC side alone, Prepare checks
         only the API objects). `boot_id`: this boot's, read from the kernel
-        unless given."""
+        unless given. `metadata_dir`: where the requests' metadata files go,
+        by default beside the checkpoint; the specs mount them from that path,
+        so it must be the same path on the host (as the chart's state
+        directory is)."""
         self.node = node
         self.reader = reader
         self.cdi_dir = cdi_dir
         self.host_device_dir = host_device_dir
+        self.metadata_dir = (
+            metadata_dir
+            if metadata_dir is not None
+            else checkpoint_path.parent / names.DRA_METADATA_HOST_SUBDIR
+        )
+        # A chip's model, for the metadata files (the driver's view knows it);
+        # without it, or where it answers None, the files leave it out.
+        self.chip_model: Callable[[int], str | None] | None = None
         self.budget = budget
         self.guard = guard
         self.observe = observe
@@ -269,6 +283,7 @@ class Preparer:
                     continue
                 for d in entry.devices:
                     cdi.remove_claim(self.cdi_dir, claim.uid, d.device)
+                metadata.remove(self.metadata_dir, claim)
                 gone.append(claim.uid)
             if gone:
                 try:
@@ -298,6 +313,7 @@ class Preparer:
         del self.checkpoint.entries[uid]
         for d in entry.devices:
             cdi.remove_claim(self.cdi_dir, uid, d.device)
+        metadata.remove(self.metadata_dir, entry.claim)
         try:
             self.checkpoint.save()
         except OSError as exc:
@@ -309,9 +325,10 @@ class Preparer:
         entry = self.checkpoint.current(claim.uid)
         if entry is not None and entry.phase == COMPLETED:
             # Prepared before in this boot (a retry, or the kubelet's restart):
-            # the same answer once its vNPUs are there, specs put back.
+            # the same answer once its vNPUs are there, specs and metadata put back.
             await self._check_present(claim, entry.devices)
-            self._write_specs(claim, entry.devices)
+            pod_claim = await self._recorded_pod_claim_name(claim, entry.devices)
+            self._write_specs(claim, entry.devices, pod_claim)
             return entry.devices
         # Started (phase one) before any read: a release deciding from here on
         # finds the claim held, across a crash of the agent too.
@@ -345,7 +362,7 @@ class Preparer:
         if problems:
             raise PrepareError(f"claim {claim}: " + "; ".join(problems))
         await self._check_present(claim, devices)
-        self._write_specs(claim, devices)
+        self._write_specs(claim, devices, _pod_claim_name(obj))
         self.checkpoint.entries[claim.uid] = Entry(
             claim, COMPLETED, self.checkpoint.boot_id, devices
         )
@@ -430,8 +447,52 @@ class Preparer:
             chip=int(spec.get("chip", -1)),
         )
 
-    def _write_specs(self, claim: ClaimId, devices: list[PreparedDevice]) -> None:
+    async def _recorded_pod_claim_name(
+        self, claim: ClaimId, devices: list[PreparedDevice]
+    ) -> str | None:
+        """The claim's name in its pod as the first Prepare's metadata files
+        recorded it; read from the claim when they are gone (or an agent that
+        wrote none prepared it), the one API read a retry may make."""
+        if not devices:
+            return None
         for d in devices:
-            cdi.write_claim(
-                self.cdi_dir, claim.uid, d.device, d.vnpu_id, d.template, self.host_device_dir
+            found, name = metadata.recorded_pod_claim_name(
+                metadata.host_file(self.metadata_dir, claim, d.request)
             )
+            if found:
+                return name
+        obj = await self.reader.resource_claim(claim.namespace, claim.name)
+        if obj is None or (obj.get("metadata") or {}).get("uid") != claim.uid:
+            raise PrepareError(
+                f"ResourceClaim {claim}: gone or made again since it was prepared; retried"
+            )
+        return _pod_claim_name(obj)
+
+    def _write_specs(
+        self, claim: ClaimId, devices: list[PreparedDevice], pod_claim_name: str | None
+    ) -> None:
+        """Per request: its metadata file first (a spec never mounts a file
+        that is not there), then its devices' specs, each with the request's
+        env and that file's mount (cdi.claim_env, cdi.metadata_mount)."""
+        requests: dict[str, list[PreparedDevice]] = {}
+        for d in devices:
+            requests.setdefault(metadata.base_request(d.request), []).append(d)
+        model = self.chip_model or (lambda _chip: None)
+        for request, served in requests.items():
+            host = metadata.host_file(self.metadata_dir, claim, request)
+            text = metadata.document(claim, pod_claim_name, served[0].request, served, model)
+            metadata.write(host, text)
+            container = metadata.container_file(claim, pod_claim_name, request)
+            mount = cdi.metadata_mount(host, container)
+            ids = [d.vnpu_id for d in served]
+            for d in served:
+                cdi.write_claim(self.cdi_dir, claim.uid, d.device, d.vnpu_id, d.template,
+                                self.host_device_dir, ids, mount)  # fmt: skip
+
+
+def _pod_claim_name(claim: Raw) -> str | None:
+    """The claim's entry name in its pod when a template made it (the claim's
+    own name is generated; the pod spec knows the entry's)."""
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(names.DRA_POD_CLAIM_NAME_ANNOTATION)
+    return value if isinstance(value, str) and value else None

@@ -34,6 +34,7 @@ SPEC_KEYS = {"cdiVersion", "kind", "annotations", "devices", "containerEdits"}
 DEVICE_KEYS = {"name", "annotations", "containerEdits"}
 EDIT_KEYS = {"env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalGids", "netDevices"}
 NODE_KEYS = {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"}
+MOUNT_KEYS = {"hostPath", "containerPath", "options", "type"}
 
 
 def _version(v: str) -> tuple[int, ...]:
@@ -88,6 +89,12 @@ def check_spec(spec: dict[str, Any]) -> list[str]:
                 problems.append("invalid (empty) device path")
             if node.get("type", "") not in ("", "b", "c", "u", "p"):
                 problems.append(f"device {node.get('path')}: invalid type")
+        for mount in edits.get("mounts", []):
+            problems += [f"unknown mount field {k}" for k in set(mount) - MOUNT_KEYS]
+            # container-edits.go validateMounts: both paths set; the OCI spec
+            # wants the container path absolute.
+            if not mount.get("hostPath") or not str(mount.get("containerPath", "")).startswith("/"):
+                problems.append(f"invalid mount {mount!r}")
     return problems
 
 
@@ -195,3 +202,73 @@ def test_an_unchanged_spec_is_not_rewritten_and_a_changed_one_is(tmp_path: Path)
     cdi.write(tmp_path, "n1", 101, "vir05_1c_16g")
     assert json.loads(path.read_text()) == cdi.render(101, "vir05_1c_16g", cdi.HOST_DEVICE_DIR)
     assert not list(tmp_path.glob("*.tmp"))
+
+
+# -- what a container holding claim devices sees (docs/DRA.md, "What the container sees") --
+
+UID = "0b5c4a52-6d1e-4b5e-9d59-1f0c6ad0e001"
+
+
+def _env(spec: dict[str, Any]) -> dict[str, str]:
+    return dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
+
+
+def test_a_non_first_vnpu_alone_is_index_0() -> None:
+    """vNPU 116 (chip 1's first) in a container that holds only it: CANN calls it
+    device 0, and ASCEND_RT_VISIBLE_DEVICES says so, whatever the image set."""
+    spec = cdi.render_claim(UID, "npu-1-vir05-1c-16g-0", 116, "vir05_1c_16g")
+    assert check_spec(spec) == []
+    assert _env(spec) == {
+        "ASCEND_VISIBLE_DEVICES": "116",
+        "ASCEND_RUNTIME_OPTIONS": "VIRTUAL",
+        "ASCEND_VNPU_SPECS": "",
+        "ASCEND_RT_VISIBLE_DEVICES": "0",
+    }
+
+
+def test_every_device_of_a_request_carries_the_requests_env() -> None:
+    """The CDI library keeps the last device's value of each variable: the same
+    values on every device make the order the kubelet names them in moot."""
+    ids = [116, 101, 117]
+    specs = [cdi.render_claim(UID, f"d{i}", i, "vir05_1c_16g", request_ids=ids) for i in ids]
+    envs = [_env(s) for s in specs]
+    assert envs == [envs[0]] * 3
+    # Ascending ids, so position k of the list is CANN's device k.
+    assert envs[0]["ASCEND_VISIBLE_DEVICES"] == "101,116,117"
+    assert envs[0]["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2"
+    # Each still injects its own vNPU only.
+    assert [_nodes(s)[f"/dev/davinci{i}"] for s, i in zip(specs, ids, strict=True)] == [
+        f"/dev/vdavinci{i}" for i in ids
+    ]
+    assert all(len([p for p in _nodes(s) if p[-1].isdigit()]) == 1 for s in specs)
+
+
+def test_the_vnpus_own_spec_names_no_index() -> None:
+    """A requester of the user's own may name several vnpu.io/vnpu devices for one
+    container; an index list on each would be the last one's and hide the others."""
+    assert "ASCEND_RT_VISIBLE_DEVICES" not in _env(cdi.render(116, "vir05_1c_16g"))
+
+
+def test_the_metadata_mount_is_read_only_and_loads(tmp_path: Path) -> None:
+    host = tmp_path / "team-a_c" / "npu" / "metadata.json"
+    mount = cdi.metadata_mount(
+        host,
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/c/npu/vnpu.io-metadata.json",
+    )
+    path = cdi.write_claim(tmp_path / "cdi", UID, "npu-0-vir05-1c-16g-0", 100, "vir05_1c_16g",
+                           metadata=mount)  # fmt: skip
+    spec = json.loads(path.read_text())
+    assert check_spec(spec) == []
+    (got,) = spec["devices"][0]["containerEdits"]["mounts"]
+    assert got == {
+        "hostPath": str(host),
+        "containerPath": (
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/c/npu/vnpu.io-metadata.json"
+        ),
+        "options": ["ro", "bind"],
+    }
+    broken = json.loads(json.dumps(spec))
+    broken["devices"][0]["containerEdits"]["mounts"][0]["containerPath"] = "relative"
+    assert check_spec(broken) == [
+        f"invalid mount {broken['devices'][0]['containerEdits']['mounts'][0]!r}"
+    ]
