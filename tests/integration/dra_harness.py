@@ -35,9 +35,7 @@ def template_class(template: str) -> dict[str, Any]:
     }
 
 
-def limits_pod(
-    namespace: str, name: str, counts: dict[str, int], **spec: Any
-) -> dict[str, Any]:
+def limits_pod(namespace: str, name: str, counts: dict[str, int], **spec: Any) -> dict[str, Any]:
     """A pod asking for vNPUs the one way that works on every cluster: one
     container per entry of `counts` (template -> N), each with
     limits: {vnpu.io/<template>: N}."""
@@ -60,6 +58,51 @@ def limits_pod(
             **spec,
         },
     }
+
+
+def limits_deployment(
+    namespace: str,
+    name: str,
+    template: str,
+    count: int = 1,
+    *,
+    image: str = "busybox",
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The manifest a user writes once for every cluster (docs/USAGE.md, "One
+    request"): a Deployment of one replica whose container asks
+    limits: {vnpu.io/<template>: count}, with no claim and no annotation."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "nodeSelector": dict(node_selector or {}),
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": image,
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": [
+                                "sh", "-c", 'trap "exit 0" TERM; while true; do sleep 1; done'
+                            ],
+                            "resources": {
+                                "limits": {names.template_resource(template): str(count)}
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }  # fmt: skip
 
 
 def claim_template(namespace: str, name: str, template: str, count: int = 1) -> dict[str, Any]:

@@ -216,8 +216,8 @@ def test_dra_gives_the_agent_the_flag_its_rbac_and_the_device_class(
     assert len(served) == len(classes) == 18
     assert not served & set(names.EXTENDED_RESOURCES)  # the charges are on no class
     (deploy,) = [d for d in on if d["kind"] == "Deployment"]
-    operator_env = {e["name"]: e.get("value")
-                    for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}  # fmt: skip
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    operator_env = {e["name"]: e.get("value") for e in container["env"]}
     assert operator_env["VNPU_DRA_EXTENDED_RESOURCES"] == "true"
     off_er = render(plane, *DRA_ON, *DRA_API, "--set", "dra.extendedResources=false")
     assert [d["metadata"]["name"] for d in off_er if d["kind"] == "DeviceClass"] == ["vnpu.io"]

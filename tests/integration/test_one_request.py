@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dra_harness import limits_pod
+from dra_harness import limits_deployment, limits_pod
 from operator_harness import Stack, StackOf, get_json, pod_allocations
 
 from localplane import LocalPlane, NodeSpec
@@ -144,3 +144,27 @@ def test_what_the_annotation_path_cannot_serve_is_refused_in_our_words(
     proc = plane.kubectl("create", "-f", "-", input=yaml.safe_dump(half), check=False)
     assert proc.returncode != 0
     assert "whole number" in proc.stderr or "must be an integer" in proc.stderr, proc.stderr
+
+
+def test_the_same_deployment_as_on_a_dra_node_runs_here(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    """test_real_node_chart_dra runs this manifest on a DRA node of the real kubelet."""
+    plane.apply(limits_deployment(namespace, "one-request", SMALL,
+                                  node_selector={"one-request": NODE}))  # fmt: skip
+
+    def the_pod() -> str | None:
+        pods = (get_json(plane, "pods", "-n", namespace, "-l", "app=one-request") or {}).get(
+            "items", []
+        )
+        return str(pods[0]["metadata"]["name"]) if pods else None
+
+    name = wait_for("the Deployment's pod", the_pod, 30)
+    wait_for("its vNPU", lambda: _ready(plane, namespace, name) == 1, timeout=60)
+    wait_for(
+        "the pod bound",
+        lambda: (get_json(plane, "pod", "-n", namespace, name) or {}).get("spec", {})
+        .get("nodeName") == NODE,
+        timeout=30,
+    )  # fmt: skip
+    plane.kubectl("delete", "deployment", "-n", namespace, "one-request")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_harness import CHART, RELEASE, helm
-from dra_harness import claim_template
+from dra_harness import claim_template, limits_deployment
 from realnode_harness import exec_in, make_control_devices, ready_for_release, running
 
 from localplane import productimage
@@ -166,3 +166,44 @@ def test_claim_pods_get_exactly_their_vnpus_from_the_charts_dra_agent(
     assert {d for s in seen.values() for d in s} == {f"davinci{i}" for i in ids}
     for i in ids:
         assert (node.device_dir / f"vdavinci{i}").exists()
+
+
+def test_a_deployment_asking_by_limits_gets_exactly_its_vnpu(
+    plane: LocalPlane, dra_release: RealNode
+) -> None:
+    """Issue 55's "done when": limits: {vnpu.io/<template>: 1} in a Deployment, no claim and
+    no annotation written by the user; the scheduler's own claim, through the chart's
+    DeviceClass for the template, becomes an allocation, and the container sees exactly
+    its vNPU. test_one_request runs the same manifest through the annotation path."""
+    node = dra_release
+    wait_for("the agent pod's pool", lambda: _pool(plane, node.name), 60)
+    before = {a["metadata"]["name"] for a in _claim_allocs(plane, node.name)}
+    plane.apply(limits_deployment(WORK, "one-request", TEMPLATE, image=TEST_IMAGE,
+                                  node_selector={REAL_NODE_LABEL: "true"}))  # fmt: skip
+
+    def the_pod() -> str | None:
+        pods = plane.get_json("pods", "-n", WORK, "-l", "app=one-request")["items"]
+        return str(pods[0]["metadata"]["name"]) if pods else None
+
+    name = wait_for("the Deployment's pod", the_pod, 60)
+    try:
+        running(plane, WORK, name, timeout=180)
+    except AssertionError:
+        raise AssertionError(_diagnose(plane, name)) from None
+    pod = plane.get_json("pod", name, "-n", WORK)
+    claim_name = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+    mine = [a for a in _claim_allocs(plane, node.name)
+            if a["metadata"]["name"] not in before]  # fmt: skip
+    assert [a["spec"]["claim"]["name"] for a in mine] == [claim_name]
+    (alloc,) = mine
+    assert alloc["spec"]["template"] == TEMPLATE
+    listing = exec_in(plane, WORK, name, "ls", "/dev").split()
+    seen = {d for d in listing if d.startswith("davinci") and d[7:].isdigit()}
+    assert seen == {f"davinci{alloc['spec']['vnpuId']}"}, listing
+    plane.kubectl("delete", "deployment", "one-request", "-n", WORK)
+    wait_for(
+        "the Deployment's allocation released",
+        lambda: not [a for a in _claim_allocs(plane, node.name)
+                     if a["metadata"]["name"] == alloc["metadata"]["name"]],
+        120,
+    )  # fmt: skip
