@@ -11,8 +11,10 @@ each listed vNPU to the container (an empty list adds nothing): host node
 (docs/ASCEND.md), with a `linux.devices` entry and a device cgroup allow rule
 carrying the host node's type, major and minor. The control devices the real
 runtime adds (`davinci_manager`, `devmm_svm`, `hisi_hdc`) are added too when
-they exist in the device dir. Then it execs the real runc with the same
-arguments; every other command passes straight through.
+they exist in the device dir. Like the real runtime it appends an entry the
+spec already has (CDI's, on a DRA node) and leaves every other variable,
+ASCEND_RT_VISIBLE_DEVICES among them, as it found it. Then it execs the real
+runc with the same arguments; every other command passes straight through.
 
 An id that is not a number, lies outside 100..1123 or has no device node
 fails the create: the message goes to stderr and, as a JSON error line, to
@@ -215,11 +217,11 @@ def add_devices(spec: dict[str, Any], device_dir: Path, specs_first: bool = Fals
     linux = spec.setdefault("linux", {})
     devices = linux.setdefault("devices", [])
     rules = linux.setdefault("resources", {}).setdefault("devices", [])
-    present = {d.get("path") for d in devices}
     added = []
+    # Appended even where the spec has the path already, as the real runtime's
+    # addDeviceToSpec does: on a DRA node CDI put them there first, and a
+    # stand-in that skipped them would hide what runc does with a node named twice.
     for entry, rule in found:
-        if entry["path"] in present:
-            continue
         devices.append(entry)
         rules.append(rule)
         added.append(str(entry["path"]))

@@ -94,6 +94,24 @@ def test_bad_or_unknown_ids_are_refused(devdir: Path, value: str, message: str) 
         rt.add_devices(spec, devdir)
 
 
+def test_devices_cdi_added_first_are_added_again_and_the_env_is_left_alone(
+    devdir: Path,
+) -> None:
+    """A DRA container: containerd applied the claim's CDI spec (device node, env)
+    before the runtime runs. The real runtime's addDeviceToSpec appends without
+    looking, and reads none of CANN's variables; so does the stand-in."""
+    env = ("ASCEND_VISIBLE_DEVICES=117,101", "ASCEND_RUNTIME_OPTIONS=VIRTUAL",
+           "ASCEND_VNPU_SPECS=", "ASCEND_RT_VISIBLE_DEVICES=0,1")  # fmt: skip
+    spec = _spec(*env)
+    cdi_node = {"path": "/dev/davinci117", "type": "c", "major": 1, "minor": 3}
+    spec["linux"]["devices"] = [dict(cdi_node)]
+    added = rt.add_devices(spec, devdir)
+    assert added == ["/dev/davinci117", "/dev/davinci101", "/dev/davinci_manager"]
+    paths = [d["path"] for d in spec["linux"]["devices"]]
+    assert paths == ["/dev/davinci117", *added]
+    assert spec["process"]["env"] == ["PATH=/bin", *env]
+
+
 def test_the_last_occurrence_wins_whoever_wrote_it(devdir: Path) -> None:
     # Image ENV first, the pod's env after it: the runtime takes the later one.
     spec = _spec("ASCEND_VISIBLE_DEVICES=", "ASCEND_RUNTIME_OPTIONS=VIRTUAL",
