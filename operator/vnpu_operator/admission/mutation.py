@@ -53,12 +53,26 @@ def no_vnpu_specs_env() -> dict[str, Any]:
     return {"name": names.ENV_VNPU_SPECS, "value": ""}
 
 
-def device_env(with_vnpus: bool) -> list[dict[str, Any]]:
+def device_indexes_env(count: int) -> dict[str, Any]:
+    """CANN's indexes of all the container's vNPUs: it numbers them 0..count-1 in
+    ascending id and reads ASCEND_RT_VISIBLE_DEVICES as such indexes, so a vNPU id
+    there (as an image, an envFrom source or a launcher copying
+    ASCEND_VISIBLE_DEVICES brings) names no device. Not a device grant: it only
+    picks among the devices the container holds (docs/USAGE.md)."""
+    return {"name": names.ENV_RT_VISIBLE_DEVICES, "value": names.device_indexes(count)}
+
+
+def device_env(with_vnpus: bool, count: int | None = None) -> list[dict[str, Any]]:
     """The entries that make the container's device list the operator's alone:
     the Ascend runtime reads the container's final environment, where an explicit
-    env entry beats the image's ENV and any envFrom key of the same name."""
+    env entry beats the image's ENV and any envFrom key of the same name. With
+    `count`, the pod's number of vNPUs (each container it gives vNPUs holds them
+    all), also the indexes CANN knows them by."""
     visible = visible_devices_env() if with_vnpus else no_devices_env()
-    return [visible, runtime_options_env(), no_vnpu_specs_env()]
+    env = [visible, runtime_options_env(), no_vnpu_specs_env()]
+    if with_vnpus and count is not None:
+        env.append(device_indexes_env(count))
+    return env
 
 
 def mutate_pod(

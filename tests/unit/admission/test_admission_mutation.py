@@ -16,12 +16,16 @@ from vnpu_common.patches import json_pointer
 from vnpu_operator.admission import AdmissionError, AnnotationError, mutate_pod
 from vnpu_operator.admission.mutation import (
     VISIBLE_DEVICES_FIELD_PATH,
+    _env_ops,
+    device_env,
+    device_indexes_env,
     mutate_ephemeral,
     no_devices_env,
     no_vnpu_specs_env,
     runtime_options_env,
     visible_devices_env,
 )
+from vnpu_operator.annotations import ContainerRef
 
 PodFactory = Callable[..., dict[str, Any]]
 
@@ -296,3 +300,39 @@ def test_ephemeral_containers_added_later_get_no_devices(make_pod: PodFactory) -
     specs = {**earlier, "name": "specs", "env": [{"name": "ASCEND_VNPU_SPECS", "value": "x"}]}
     with pytest.raises(AdmissionError, match="ephemeralContainers"):
         mutate_ephemeral({**new, "spec": {**new["spec"], "ephemeralContainers": [specs]}}, old)
+
+
+# -- the indexes CANN knows the container's vNPUs by (docs/USAGE.md) -----------
+
+
+def test_indexes_are_0_to_n_minus_1_whatever_the_ids() -> None:
+    """A container holding vNPUs 116 and 101 has CANN devices 0 and 1; the ids
+    themselves name none (ASCEND_RT_VISIBLE_DEVICES takes indexes)."""
+    assert device_indexes_env(1) == {"name": "ASCEND_RT_VISIBLE_DEVICES", "value": "0"}
+    assert device_indexes_env(3) == {"name": "ASCEND_RT_VISIBLE_DEVICES", "value": "0,1,2"}
+
+
+def test_with_the_pods_count_a_vnpu_container_also_gets_its_indexes() -> None:
+    assert device_env(True, 2) == [*OURS, device_indexes_env(2)]
+    # Without vNPUs it has no device to index; without a count, what it had.
+    assert device_env(False, 2) == NONE
+    assert device_env(True) == OURS
+
+
+def test_an_index_list_the_user_set_is_replaced_by_ours() -> None:
+    """A vNPU id copied from ASCEND_VISIBLE_DEVICES (or a bare-metal list) would
+    make CANN refuse the device: the container's own indexes win, once."""
+    env = [
+        {"name": "ASCEND_RT_VISIBLE_DEVICES", "value": "116"},
+        {"name": "A", "value": "a"},
+        {"name": "ASCEND_RT_VISIBLE_DEVICES", "value": "4,5"},
+    ]
+    pod = {"spec": {"containers": [{"name": "app", "env": env}]}}
+    wanted = device_env(True, 2)
+    ops = _env_ops(ContainerRef("containers", 0, "app"), env, wanted)
+    patched: dict[str, Any] = jsonpatch.apply_patch(pod, ops)
+    got = _env(patched, "containers", 0)
+    assert [e for e in got if e["name"] == "ASCEND_RT_VISIBLE_DEVICES"] == [
+        {"name": "ASCEND_RT_VISIBLE_DEVICES", "value": "0,1"}
+    ]
+    assert _env_ops(ContainerRef("containers", 0, "app"), got, wanted) == []
