@@ -126,7 +126,7 @@ def test_the_pool_is_accepted_and_republished_on_cordon_and_health(
         for n in range(count)
     )
     if full:
-        assert names_ == [f"{node}-vnpu-counters-0", f"{node}-vnpu-devices-0"]
+        assert names_ == [f"{node}-vnpu-counters-000", f"{node}-vnpu-devices-000"]
         assert first[0]["spec"]["sharedCounters"][1] == {
             "name": "npu-1",
             "counters": {
@@ -169,7 +169,7 @@ def test_the_pool_is_accepted_and_republished_on_cordon_and_health(
     sick = complete(plane, node, generation + 2, agent)
     if full:
         assert devices(sick) == {}
-        assert [s["metadata"]["name"] for s in sick] == [f"{node}-vnpu-counters-0"]
+        assert [s["metadata"]["name"] for s in sick] == [f"{node}-vnpu-counters-000"]
     assert {s["spec"]["pool"]["generation"] for s in sick} == {generation + 2}
 
 

@@ -54,13 +54,19 @@ PLURAL: Final = "resourceslices"
 # The slices' object names: <node>-vnpu-counters-<i> and <node>-vnpu-devices-<i>.
 _COUNTERS: Final = "counters"
 _DEVICES: Final = "devices"
+# The scheduler walks a pool's slices in order of their names, so the index
+# is zero-padded to sort as a number: unpadded, -10 comes before -2 and the
+# device order is lost. Three digits hold 1000 slices (64000 devices); the
+# most a node makes is far below: 16 chips x 7 templates x 16 ids is 1792
+# devices, 28 slices.
+_INDEX_DIGITS: Final = 3
 
 
 def slice_name(node: str, kind: str, index: int) -> str:
     """`<node>-vnpu-<kind>-<index>`, within the 253 characters of an object
     name: a node name too long for the suffix is cut and a hash of the whole
     name keeps it unique."""
-    suffix = f"-vnpu-{kind}-{index}"
+    suffix = f"-vnpu-{kind}-{index:0{_INDEX_DIGITS}d}"
     if len(node) + len(suffix) <= MAX_NAME_LENGTH:
         return node + suffix
     digest = hashlib.sha256(node.encode()).hexdigest()[:10]

@@ -110,7 +110,7 @@ async def test_the_pool_is_written_once_with_the_status_saying_dra(tmp_path: Pat
     await agent.publish()
     assert cast(RecordingApi, agent.api).status["dra"] is True
     await pool_of(agent).sync()
-    assert fake.writes == [("create", "n1-vnpu-counters-0"), ("create", "n1-vnpu-devices-0")]
+    assert fake.writes == [("create", "n1-vnpu-counters-000"), ("create", "n1-vnpu-devices-000")]
     assert fake.generations() == {1}
     assert pool_of(agent).generation == 1
     for obj in fake.objects.values():
@@ -129,7 +129,7 @@ async def test_every_chip_offers_its_models_templates_as_devices(tmp_path: Path)
     assert "templates" not in cast(RecordingApi, agent.api).status["chips"][0]
     await pool_of(agent).sync()
     sim = SimDriver(tmp_path / "sim.json")
-    devices = fake.objects["n1-vnpu-devices-0"]["spec"]["devices"]
+    devices = fake.objects["n1-vnpu-devices-000"]["spec"]["devices"]
     for chip in sim.list_chips():
         offered = {t.name for t in sim.list_templates(chip.index)}
         listed = {
@@ -176,8 +176,8 @@ async def test_cordon_and_health_bump_the_generation_of_every_slice(tmp_path: Pa
     await pool.sync()
     assert fake.generations() == {2}
     assert fake.writes[2:] == [
-        ("replace", "n1-vnpu-counters-0"),
-        ("replace", "n1-vnpu-devices-0"),
+        ("replace", "n1-vnpu-counters-000"),
+        ("replace", "n1-vnpu-devices-000"),
     ]
     # The cordoned chip offers nothing (no taint a claim could tolerate).
     assert fake.devices()
@@ -190,7 +190,7 @@ async def test_cordon_and_health_bump_the_generation_of_every_slice(tmp_path: Pa
     # The unhealthy chip offers nothing either; its counters stay. (The fake
     # API's answer carries no spec, so the cordon is not echoed here.)
     assert not any(d.startswith("npu-0-") for d in fake.devices())
-    assert len(fake.objects["n1-vnpu-counters-0"]["spec"]["sharedCounters"]) == 2
+    assert len(fake.objects["n1-vnpu-counters-000"]["spec"]["sharedCounters"]) == 2
     writes = len(fake.writes)
     await pool.sync()
     assert len(fake.writes) == writes
@@ -204,10 +204,10 @@ async def test_a_slice_changed_or_deleted_by_someone_else_is_put_back(tmp_path: 
     await pool.sync()
     assert len(fake.objects) == 2 + 6
     assert fake.generations() == {1}
-    del fake.objects["n1-vnpu-devices-3"]
-    fake.objects["n1-vnpu-counters-1"]["spec"]["sharedCounters"].pop()
+    del fake.objects["n1-vnpu-devices-003"]
+    fake.objects["n1-vnpu-counters-001"]["spec"]["sharedCounters"].pop()
     # A stray slice of the pool (an older agent's naming) is deleted.
-    stray = copy.deepcopy(fake.objects["n1-vnpu-devices-0"])
+    stray = copy.deepcopy(fake.objects["n1-vnpu-devices-000"])
     stray["metadata"]["name"] = "n1-old"
     fake.objects["n1-old"] = stray
     await pool.sync()
@@ -263,7 +263,7 @@ async def test_fewer_chips_delete_the_surplus_slices(tmp_path: Path) -> None:
     pool.update(pool._chips[:4] if pool._chips else [], [])
     await pool.sync()
     assert sorted(fake.objects) == [
-        "n1-vnpu-counters-0", "n1-vnpu-devices-0", "n1-vnpu-devices-1",
+        "n1-vnpu-counters-000", "n1-vnpu-devices-000", "n1-vnpu-devices-001",
     ]  # fmt: skip
     assert {o["spec"]["pool"]["resourceSliceCount"] for o in fake.objects.values()} == {3}
 

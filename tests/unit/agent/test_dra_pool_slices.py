@@ -99,7 +99,7 @@ def check_v1_limits(pool: list[dict[str, Any]], node: str) -> None:
 def test_a_910b3_gives_four_vir05_and_two_vir10_on_its_own_counter_set() -> None:
     pool = slices.pool_slices([chip(0)], [], "n1", 3, node_uid="uid-n1")
     check_v1_limits(pool, "n1")
-    assert [s["metadata"]["name"] for s in pool] == ["n1-vnpu-counters-0", "n1-vnpu-devices-0"]
+    assert [s["metadata"]["name"] for s in pool] == ["n1-vnpu-counters-000", "n1-vnpu-devices-000"]
     assert counter_sets(pool) == [
         {
             "name": "npu-0",
@@ -223,7 +223,7 @@ def test_no_chips_no_slices() -> None:
 def test_a_chip_without_templates_has_its_counter_set_and_no_devices() -> None:
     bare = chip(0).model_copy(update={"templates": []})
     pool = slices.pool_slices([bare], [], "n1", 1)
-    assert [s["metadata"]["name"] for s in pool] == ["n1-vnpu-counters-0"]
+    assert [s["metadata"]["name"] for s in pool] == ["n1-vnpu-counters-000"]
 
 
 def test_slice_names_of_a_long_node_stay_valid_and_distinct() -> None:
@@ -235,4 +235,24 @@ def test_slice_names_of_a_long_node_stay_valid_and_distinct() -> None:
     for name in made:
         assert len(name) <= 253, name
         assert DNS_SUBDOMAIN.match(name), name
-    assert slices.slice_name("n1", "counters", 2) == "n1-vnpu-counters-2"
+    assert slices.slice_name("n1", "counters", 2) == "n1-vnpu-counters-002"
+
+
+def test_slices_sort_by_name_in_the_order_they_were_cut() -> None:
+    """The scheduler walks slices in order of their names: unpadded, slice
+    10 sorted before slice 2 and the device order the pool lists was lost."""
+    many = chip(0).model_copy(
+        update={
+            "templates": [TemplateResources(name="vir01", aicore=0, memory_mb=0, aicpu=0)],
+            "vnpu_id_min": 100, "vnpu_id_max": 199,
+        }
+    )  # fmt: skip
+    chips = [many.model_copy(update={"index": i}) for i in range(8)]  # 800 devices
+    pool = slices.pool_slices(chips, [], "n1", 1)
+    check_v1_limits(pool, "n1")
+    named = [s["metadata"]["name"] for s in pool]
+    assert len([n for n in named if "-devices-" in n]) > 10
+    assert sorted(named) == named
+    walked = [d["name"] for s in sorted(pool, key=lambda s: s["metadata"]["name"])
+              for d in s["spec"].get("devices", [])]  # fmt: skip
+    assert walked == [d["name"] for d in devices(pool)]

@@ -73,8 +73,8 @@ async def test_a_wiped_pool_is_back_within_a_second_from_the_watch(
     await until("the pool back", lambda: len(fake.objects) == 2)
     assert asyncio.get_running_loop().time() - start < 1.5
     assert fake.writes[writes:] == [
-        ("create", "n1-vnpu-counters-0"),
-        ("create", "n1-vnpu-devices-0"),
+        ("create", "n1-vnpu-counters-000"),
+        ("create", "n1-vnpu-devices-000"),
     ]
     # Above the wiped pool's: a consumer still showing the old slices sees these as newer.
     assert fake.generations() == {2}
@@ -91,10 +91,10 @@ async def test_our_own_echoes_and_unrelated_edits_write_nothing(
     # The echoes again (a relist), and a label someone adds: nothing we decide.
     for obj in fake.objects.values():
         await pool.on_slice_event("SYNC", copy.deepcopy(obj))
-    labelled = copy.deepcopy(fake.objects["n1-vnpu-devices-0"])
+    labelled = copy.deepcopy(fake.objects["n1-vnpu-devices-000"])
     labelled["metadata"]["labels"] = {"team": "x"}
     labelled["metadata"]["resourceVersion"] = "999"
-    fake.objects["n1-vnpu-devices-0"] = labelled
+    fake.objects["n1-vnpu-devices-000"] = labelled
     await pool.on_slice_event("MODIFIED", copy.deepcopy(labelled))
     await asyncio.sleep(1.0)
     assert len(fake.writes) == writes
@@ -111,7 +111,7 @@ async def test_someone_who_keeps_changing_the_pool_gets_a_growing_delay(
     await asyncio.sleep(0.05)
 
     async def tamper() -> None:
-        obj = fake.objects["n1-vnpu-counters-0"]
+        obj = fake.objects["n1-vnpu-counters-000"]
         obj["spec"]["sharedCounters"][0]["counters"]["aicore"] = {"value": "99"}
         fake.rv += 1
         obj["metadata"]["resourceVersion"] = str(fake.rv)
@@ -193,7 +193,11 @@ async def test_a_node_leaving_dra_deletes_its_pool(status: int, expected: int) -
         selectors.append(request.query.get("fieldSelector", ""))
         if status != 200:
             return web.json_response({"kind": "Status", "code": status}, status=status)
-        items = [sl("n1-vnpu-counters-0", "n1"), sl("n1-vnpu-devices-0", "n1"), sl("n2-x", "n2")]
+        items = [
+            sl("n1-vnpu-counters-000", "n1"),
+            sl("n1-vnpu-devices-000", "n1"),
+            sl("n2-x", "n2"),
+        ]
         return web.json_response({"items": items, "metadata": {}})
 
     async def delete(request: web.Request) -> web.Response:
@@ -214,7 +218,7 @@ async def test_a_node_leaving_dra_deletes_its_pool(status: int, expected: int) -
         api = SliceApi(api_client, AgentMetrics().api_errors)
         assert await delete_pools(api, ["n1"], written=ops.append) == expected
         assert selectors == ["spec.driver=vnpu.io,spec.nodeName=n1"]
-        assert deleted == (["n1-vnpu-counters-0", "n1-vnpu-devices-0"] if expected else [])
+        assert deleted == (["n1-vnpu-counters-000", "n1-vnpu-devices-000"] if expected else [])
         assert ops == ["delete"] * expected
     finally:
         await api_client.close()

@@ -150,7 +150,7 @@ def test_writes_are_counted_per_pod_by_namespace_and_by_node() -> None:
         audit("kube-scheduler/v1.37.2", "patch", "pods", "bench-dra"),
         audit("vnpu-bench/1", "create", "pods", "bench"),
         audit("vnpu-agent/1", "patch", "vnpunodes", name="dn-0001"),
-        audit("vnpu-agent/1", "update", "resourceslices", name="dn-0001-vnpu-devices-0"),
+        audit("vnpu-agent/1", "update", "resourceslices", name="dn-0001-vnpu-devices-000"),
         audit("vnpu-agent/1", "patch", "vnpunodes", name="bn-0001"),
         audit("vnpu-agent/1", "update", "leases", "vnpu-system", name="dn-0001"),
     ]

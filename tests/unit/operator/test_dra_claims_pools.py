@@ -73,8 +73,8 @@ class World:
         )
         for name in ("n1", "n2"):
             self.api.slices[name] = [
-                (f"{name}-vnpu-counters-0", "7"),
-                (f"{name}-vnpu-devices-0", "8"),
+                (f"{name}-vnpu-counters-000", "7"),
+                (f"{name}-vnpu-devices-000", "8"),
             ]
 
     def deleted_count(self) -> float:
@@ -91,7 +91,7 @@ async def test_a_dead_dra_nodes_slices_are_deleted_and_counted() -> None:
     w = World(one("n1", live=False), one("n2"))
     w.api.leases[names.lease_name("n1")] = lease(NOW - 30)
     await w.pools.reap("n1")
-    assert w.api.deleted == ["n1-vnpu-counters-0", "n1-vnpu-devices-0"]
+    assert w.api.deleted == ["n1-vnpu-counters-000", "n1-vnpu-devices-000"]
     assert w.deleted_count() == 2
     await w.pools.reap("n2")  # live: untouched
     assert len(w.api.deleted) == 2
@@ -123,9 +123,9 @@ async def test_an_annotation_node_or_a_standby_deletes_nothing() -> None:
 
 async def test_a_slice_the_agent_published_again_is_not_counted() -> None:
     w = World(one("n1", live=False))
-    w.api.republished.add("n1-vnpu-devices-0")
+    w.api.republished.add("n1-vnpu-devices-000")
     await w.pools.reap("n1")
-    assert w.api.deleted == ["n1-vnpu-counters-0"]
+    assert w.api.deleted == ["n1-vnpu-counters-000"]
     assert w.deleted_count() == 1
 
 
@@ -142,11 +142,11 @@ async def test_the_claim_controller_reaps_a_lost_node_and_sweeps_on_taking_over(
     claims.claims_listed()  # the sweep finds n2 dead
     await w.pools.queue.idle()
     await w.pools.queue.idle()
-    assert sorted(w.api.deleted) == ["n2-vnpu-counters-0", "n2-vnpu-devices-0"]
+    assert sorted(w.api.deleted) == ["n2-vnpu-counters-000", "n2-vnpu-devices-000"]
     w.ledger.set_live("n1", False)
     claims.node_lost("n1")
     await w.pools.queue.idle()
-    assert sorted(w.api.deleted)[:2] == ["n1-vnpu-counters-0", "n1-vnpu-devices-0"]
+    assert sorted(w.api.deleted)[:2] == ["n1-vnpu-counters-000", "n1-vnpu-devices-000"]
     assert w.deleted_count() == 4
 
 
