@@ -147,11 +147,21 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def route(request: LimitsRequest, offered: OfferedTemplates, routing: Routing) -> Path:
+def route(
+    request: LimitsRequest,
+    offered: OfferedTemplates,
+    routing: Routing,
+    *,
+    chip_model: bool = False,
+) -> Path:
     """DRA when the release serves templates as extended resources and a DRA
-    node offers every template the pod names; the annotation path otherwise.
-    DRA first: where a cluster has both, the nodes that serve claims are the
-    ones being moved to (docs/DECISIONS.md, "One request on every cluster")."""
+    node offers every template the pod names; the annotation path otherwise,
+    and always for a pod naming vnpu.io/chip-model (a template's class on DRA
+    nodes spans every model offering it). DRA first: where a cluster has both,
+    the nodes that serve claims are the ones being moved to (docs/DECISIONS.md,
+    "One request on every cluster")."""
+    if chip_model:
+        return Path.ANNOTATION
     if routing.extended_resources and all(offered.on_dra(t) for t in request.templates):
         return Path.DRA
     return Path.ANNOTATION

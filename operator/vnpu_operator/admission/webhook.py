@@ -34,7 +34,12 @@ from vnpu_operator.admission.mutation import JsonPatchOp, mutate_ephemeral, muta
 from vnpu_operator.admission.offered import OfferedTemplates
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.validation import dra_extended_resource_problems, validate_pod
-from vnpu_operator.annotations import AdmissionError, parse_request, requests_vnpus
+from vnpu_operator.annotations import (
+    AdmissionError,
+    parse_request,
+    pod_annotations,
+    requests_vnpus,
+)
 
 if TYPE_CHECKING:
     from vnpu_operator.metrics import OperatorMetrics
@@ -130,7 +135,8 @@ def _decide_limits(
 ) -> Decision:
     if offered is None:
         return Decision(allowed=False, problems=[NOT_SYNCED], reason=DENIED_NOT_SYNCED)
-    if route(asked, offered, routing) is Path.DRA:
+    chip_model = names.ANN_CHIP_MODEL in pod_annotations(pod)
+    if route(asked, offered, routing, chip_model=chip_model) is Path.DRA:
         # The scheduler's claim is served like any claim; quota counts the
         # request itself, so there is no charge to write.
         problems = dra_problems(pod, asked) + dra_extended_resource_problems(pod)

@@ -58,8 +58,14 @@ def test_mutating_configuration_with_service() -> None:
         "matchConditions": [
             {
                 "name": "requests-vnpu",
-                "expression": "has(object.metadata.annotations) && "
-                "'vnpu.io/template' in object.metadata.annotations",
+                # By annotation, or by vnpu.io/<template> in a container's resources.
+                "expression": "(has(object.metadata.annotations) && "
+                "'vnpu.io/template' in object.metadata.annotations) || "
+                "(object.spec.containers + object.spec.?initContainers.orValue([])).exists(c, "
+                "c.?resources.?limits.orValue({}).exists(k, "
+                "k.matches('^vnpu[.]io/vir[0-9]{2}(_[0-9a-z]+)*$')) || "
+                "c.?resources.?requests.orValue({}).exists(k, "
+                "k.matches('^vnpu[.]io/vir[0-9]{2}(_[0-9a-z]+)*$')))",
             }
         ],
         "matchPolicy": "Equivalent",

@@ -110,6 +110,18 @@ def test_where_a_dra_node_offers_the_template_the_scheduler_serves_it(
     assert patched["metadata"]["annotations"][names.ANN_TEMPLATE] == SMALL
 
 
+def test_a_pod_naming_a_chip_model_goes_the_annotation_path(
+    make_pod: PodFactory, offered: OfferedTemplates
+) -> None:
+    """A template's class on DRA nodes spans every model offering it: only the
+    annotation path honours vnpu.io/chip-model."""
+    pod = make_pod(template=None, containers=[_small("app", 1)],
+                   annotations={names.ANN_CHIP_MODEL: "910B3"})  # fmt: skip
+    patched = _admit(pod, _on_dra(offered, SMALL), DRA_ON)
+    assert patched["metadata"]["annotations"][names.ANN_TEMPLATE] == SMALL
+    assert patched["metadata"]["annotations"][names.ANN_CHIP_MODEL] == "910B3"
+
+
 def test_on_a_mixed_cluster_a_dra_pod_is_kept_off_annotation_nodes(
     make_pod: PodFactory, offered: OfferedTemplates
 ) -> None:
