@@ -1,6 +1,7 @@
 """`python -m bench.placement`: every policy over the same fixed-seed streams
-at each offered load, and the offline best on a small instance; a table on
-stdout and the figures as JSON (--out)."""
+at each offered load, the DRA scheduler's first fit over the published pools
+(bench.placement.dra) over the same streams, and the offline best on a small
+instance; a table on stdout and the figures as JSON (--out)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from typing import Any
 
 from bench.cluster import CHIPS
 from bench.load import MIX
-from bench.placement import offline, simulate, workload
+from bench.placement import dra, offline, simulate, workload
 from vnpu_operator.placement import Policy
 
 POLICIES = (Policy.FIRSTFIT, Policy.BINPACK, Policy.SPREAD, Policy.BESTFIT)
+# The table's rows: the annotation path's policies, then the DRA path.
+ROWS = (*(p.value for p in POLICIES), dra.NAME)
 SMALL_CHIPS = {"910B3": 2, "310P3": 2}
 
 
@@ -47,6 +50,34 @@ def _online(args: tuple[Policy, float, int, int, int]) -> dict[str, Any]:
     }
 
 
+def _dra(args: tuple[float, int, int, int, int]) -> tuple[simulate.Outcome, float]:
+    load, nodes, arrivals, seed, tie_break = args
+    stream = workload.stream(load, nodes, arrivals, seed)
+    started = time.process_time()
+    outcome = dra.run(workload.inventories(nodes), stream, seed=tie_break, warmup=arrivals // 3)
+    return outcome, time.process_time() - started
+
+
+def _dra_rows(
+    loads: list[float], seeds: list[int], runs: list[tuple[simulate.Outcome, float]]
+) -> list[dict[str, Any]]:
+    """One row per load: its runs (one per tie-break seed) pooled."""
+    rows = []
+    for i, load in enumerate(loads):
+        mine = runs[i * len(seeds) : (i + 1) * len(seeds)]
+        outcomes = [o for o, _ in mine]
+        rows.append(
+            {
+                "load": load,
+                **simulate.Outcome.pooled(outcomes).to_json(),
+                "tie_break_seeds": seeds,
+                "placed_now_fraction_by_seed": [round(o.placed_now_fraction, 4) for o in outcomes],
+                "cpu_seconds": round(sum(cpu for _, cpu in mine), 1),
+            }
+        )
+    return rows
+
+
 def _small(args: tuple[int, int, float]) -> dict[str, Any]:
     seed, arrivals, load = args
     stream = workload.stream(load, 1, arrivals, seed, chips=SMALL_CHIPS)
@@ -56,6 +87,8 @@ def _small(args: tuple[int, int, float]) -> dict[str, Any]:
         inventories = workload.inventories(1, SMALL_CHIPS)
         outcome = simulate.run(policy, inventories, stream, waiting=False)
         row[policy.value] = outcome.placed_now
+    inventories = workload.inventories(1, SMALL_CHIPS)
+    row[dra.NAME] = dra.run(inventories, stream, seed=seed, waiting=False).placed_now
     return row
 
 
@@ -65,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arrivals", type=int, default=12000, help="requests per stream")
     parser.add_argument("--loads", default="0.70,0.85,0.95", help="offered loads, comma list")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument(
+        "--dra-seeds",
+        type=int,
+        default=10,
+        help="tie-break seeds of the DRA scheduler's node pick (from --seed), pooled per load",
+    )
     parser.add_argument("--small-seeds", type=int, default=12, help="small instances to solve")
     parser.add_argument("--small-arrivals", type=int, default=14)
     parser.add_argument("--small-load", type=float, default=2.0)
@@ -79,13 +118,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--loads: each offered load must be between 0 and 10")
     if args.nodes < 1 or args.arrivals < 3 or args.small_seeds < 0 or args.small_arrivals < 1:
         parser.error("--nodes, --arrivals, --small-seeds and --small-arrivals must be positive")
+    if args.dra_seeds < 1:
+        parser.error("--dra-seeds must be positive")
 
     runs = [(p, load, args.nodes, args.arrivals, args.seed) for load in loads for p in POLICIES]
     smalls = [
         (args.seed + i, args.small_arrivals, args.small_load) for i in range(args.small_seeds)
     ]
+    seeds = [args.seed + i for i in range(args.dra_seeds)]
+    dra_runs = [(load, args.nodes, args.arrivals, args.seed, s) for load in loads for s in seeds]
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
         online = list(pool.map(_online, runs))
+        online += _dra_rows(loads, seeds, list(pool.map(_dra, dra_runs)))
         small = list(pool.map(_small, smalls))
     result = {
         "machine": machine(),
@@ -95,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             "mix": [list(m) for m in MIX],
             "arrivals": args.arrivals,
             "seed": args.seed,
+            "dra_tie_break_seeds": seeds,
             "small": {
                 "nodes": 1,
                 "chips": SMALL_CHIPS,
@@ -121,9 +166,9 @@ def table(result: dict[str, Any]) -> str:
     head += [f"largest placed now @{load:.0%}" for load in loads]
     head += [f"util. at 1st largest miss @{load:.0%}" for load in loads]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for policy in POLICIES:
-        rows = [by[(policy.value, load)] for load in loads]
-        cells = [policy.value]
+    for name in ROWS:
+        rows = [by[(name, load)] for load in loads]
+        cells = [name]
         cells += [f"{r['placed_now_fraction']:.2%}" for r in rows]
         cells += [f"{r['large_placed_now_fraction']:.2%}" for r in rows]
         cells += [
@@ -142,11 +187,11 @@ def table(result: dict[str, Any]) -> str:
             f"no waiting): placed on arrival of {requests}"
         )
         lines.append("")
-        lines.append("| offline best | " + " | ".join(p.value for p in POLICIES) + " |")
-        lines.append("|" + "---|" * (len(POLICIES) + 1))
+        lines.append("| offline best | " + " | ".join(ROWS) + " |")
+        lines.append("|" + "---|" * (len(ROWS) + 1))
         cells = [str(best)] + [
-            f"{sum(r[p.value] for r in small)} ({sum(r[p.value] for r in small) - best:+d})"
-            for p in POLICIES
+            f"{sum(r[name] for r in small)} ({sum(r[name] for r in small) - best:+d})"
+            for name in ROWS
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
