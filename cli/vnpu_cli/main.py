@@ -11,9 +11,10 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, get_args
 
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_cli import cordon, defrag, kube, status, usage, why
@@ -21,6 +22,7 @@ from vnpu_cli.errors import CliError
 from vnpu_cli.snapshot import Snapshot
 from vnpu_common import __version__, names
 from vnpu_common.rawcall import describe
+from vnpu_common.types import Raw
 from vnpu_operator.config import OperatorSettings, PolicyName
 from vnpu_operator.placement import Policy
 from vnpu_operator.placement.defrag import DEFAULT_MAX_MOVES
@@ -139,7 +141,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             namespace = getattr(args, "namespace", None) or conn.namespace
             # The pod first: a wrong name fails before the cluster-wide lists.
             pod = await kube.pod(conn, namespace, args.pod)
-            snapshot = await _snapshot(conn, agent_ns)
+            claims_of = namespace if why.needs_claims(pod) else None
+            snapshot = await _snapshot(conn, agent_ns, claims_of=claims_of)
             return why.build(pod, snapshot)
         if args.command == "usage":
             namespace = getattr(args, "namespace", None)
@@ -183,11 +186,16 @@ async def _cordon(
 
 
 async def _snapshot(
-    conn: kube.Connection, agent_namespace: str, *, pods_of: str | None = None
+    conn: kube.Connection,
+    agent_namespace: str,
+    *,
+    pods_of: str | None = None,
+    claims_of: str | None = None,
 ) -> Snapshot:
     """Every list in parallel, one per kind. `pods_of`: also the vNPU pods
-    of that namespace ("" for all)."""
-    lists = [
+    of that namespace ("" for all); `claims_of`: also the ResourceClaims of
+    that namespace."""
+    lists: list[Awaitable[Any]] = [
         kube.vnpu_objects(conn, names.NODE_PLURAL),
         kube.nodes(conn),
         kube.leases(conn, agent_namespace),
@@ -196,7 +204,10 @@ async def _snapshot(
     if pods_of is not None:
         lists.append(kube.vnpu_pods(conn, pods_of or None))
         lists.append(kube.resource_quotas(conn, pods_of or None))
+    if claims_of is not None:
+        lists.append(_resource_claims(conn, claims_of))
     results = await asyncio.gather(*lists)
+    claims, claims_problem = results[-1] if claims_of is not None else ([], None)
     return Snapshot(
         vnpunodes=results[0],
         nodes=results[1],
@@ -204,8 +215,33 @@ async def _snapshot(
         allocations=results[3],
         pods=results[4] if pods_of is not None else [],
         quotas=results[5] if pods_of is not None else [],
+        claims=claims,
+        claims_problem=claims_problem,
         agent_namespace=agent_namespace,
     )
+
+
+async def _resource_claims(conn: kube.Connection, namespace: str) -> tuple[list[Raw], str | None]:
+    """The namespace's ResourceClaims, or why they cannot be read. Not an
+    error: a user who may read pods but not claims still gets the rest of
+    the report, the claim's VNPUAllocations included."""
+    api = client.ResourceV1Api(conn.api)
+    what = f"list resourceclaims in {namespace}"
+    try:
+        claims = await kube.list_items(conn, what, api.list_namespaced_resource_claim, namespace)
+    except CliError as exc:
+        denied = exc.__cause__
+        if isinstance(denied, ApiException) and denied.status == 403:
+            return [], (
+                f"{exc}; shown: the claim's VNPUAllocations, not its binding conditions "
+                "(those need list on resourceclaims.resource.k8s.io)"
+            )
+        raise
+    except ApiException as exc:
+        if exc.status == 404:
+            return [], f"the cluster serves no {names.RESOURCE_API} ResourceClaims"
+        raise
+    return claims, None
 
 
 def render(command: str, report: dict[str, Any], output: str) -> str:

@@ -40,7 +40,10 @@ LEASE_GRACE_SECONDS: float = OperatorSettings.model_fields["lease_grace_seconds"
 @dataclass
 class Snapshot:
     """Raw objects as listed. `pods` and `quotas` hold only what the command
-    listed (vNPU pods and ResourceQuotas for `usage`, nothing for `status`)."""
+    listed (vNPU pods and ResourceQuotas for `usage`, nothing for `status`);
+    `claims` only for `why` on a pod that asks by resources.limits and has no
+    vnpu.io/template annotation (the DRA path), the ResourceClaims of its
+    namespace."""
 
     vnpunodes: list[Raw] = field(default_factory=list)
     nodes: list[Raw] = field(default_factory=list)
@@ -48,6 +51,10 @@ class Snapshot:
     allocations: list[Raw] = field(default_factory=list)
     pods: list[Raw] = field(default_factory=list)
     quotas: list[Raw] = field(default_factory=list)  # ResourceQuotas, for `usage`
+    claims: list[Raw] = field(default_factory=list)  # ResourceClaims, for `why`
+    # Why `claims` could not be listed (no RBAC, no resource.k8s.io/v1): `why`
+    # says so and shows what the VNPUAllocations alone tell of the claim.
+    claims_problem: str | None = None
     agent_namespace: str = "vnpu-system"
     # Wall-clock time of the reads, for Lease expiry.
     now: float = field(default_factory=time.time)

@@ -43,8 +43,8 @@ def chip(
     )
 
 
-def vnpunode(name: str, *chips: ChipStatus) -> dict[str, Any]:
-    status = VNPUNodeStatus(driver="sim", chips=list(chips), chip_count=len(chips))
+def vnpunode(name: str, *chips: ChipStatus, dra: bool = False) -> dict[str, Any]:
+    status = VNPUNodeStatus(driver="sim", chips=list(chips), chip_count=len(chips), dra=dra)
     return {"metadata": {"name": name}, "status": status.to_api()}
 
 
@@ -140,4 +140,175 @@ def pod(
         },
         "spec": spec,
         "status": status,
+    }
+
+
+def limits_pod(
+    namespace: str,
+    name: str,
+    asks: Mapping[str, Mapping[str, int]],
+    *,
+    annotations: Mapping[str, str] | None = None,
+    phase: str = "Pending",
+    node_name: str | None = None,
+    claim_name: str | None = None,
+    unschedulable: str | None = None,
+) -> dict[str, Any]:
+    """A pod asking `resources.limits: {vnpu.io/<template>: N}`: container ->
+    template -> N. `annotations`: what the webhook wrote on the annotation
+    path; `claim_name`: the scheduler's claim, as it records it in the pod's
+    status (requests named container-<i>-request-<j>, as KEP-5004 names them)."""
+    containers = [
+        {
+            "name": container,
+            "image": "busybox",
+            "resources": {"limits": {names.template_resource(t): str(n) for t, n in asks.items()}},
+        }
+        for container, asks in asks.items()
+    ]
+    status: dict[str, Any] = {"phase": phase}
+    if claim_name is not None:
+        status["extendedResourceClaimStatus"] = {
+            "resourceClaimName": claim_name,
+            "requestMappings": [
+                {
+                    "containerName": c["name"],
+                    "resourceName": resource,
+                    "requestName": f"container-{i}-request-{j}",
+                }
+                for i, c in enumerate(containers)
+                for j, resource in enumerate(c["resources"]["limits"])
+            ],
+        }
+    if unschedulable is not None:
+        status["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": unschedulable,
+                "lastTransitionTime": "2027-01-15T08:00:00Z",
+            }
+        ]
+    spec: dict[str, Any] = {"containers": containers}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "annotations": dict(annotations or {}),
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+def binding(ready: bool, message: str) -> list[dict[str, str]]:
+    """A device's binding conditions as the operator writes them (dra.plan)."""
+    if ready:
+        return [
+            {"type": names.DRA_COND_READY, "status": "True", "reason": "VNPUReady",
+             "message": message},
+        ]  # fmt: skip
+    return [
+        {"type": names.DRA_COND_FAILED, "status": "True", "reason": "AllocationFailed",
+         "message": message},
+        {"type": names.DRA_COND_READY, "status": "False", "reason": "AllocationFailed",
+         "message": message},
+    ]  # fmt: skip
+
+
+def dra_claim(
+    namespace: str,
+    name: str,
+    pod_name: str,
+    devices: Sequence[tuple[str, str, str]],
+    *,
+    template: str = "vir05_1c_16g",
+    conditions: Mapping[str, list[dict[str, str]]] | None = None,
+) -> dict[str, Any]:
+    """The scheduler's claim for pod `pod_name`: devices (request, node, device)
+    allocated, `conditions` the binding conditions per device."""
+    requests = sorted({r for r, _, _ in devices})
+    claim: dict[str, Any] = {
+        "apiVersion": names.RESOURCE_API,
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "annotations": {names.DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
+            "ownerReferences": [{"kind": "Pod", "name": pod_name, "uid": f"uid-{pod_name}"}],
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": r,
+                        "exactly": {"deviceClassName": names.template_device_class(template)},
+                    }
+                    for r in requests
+                ]
+            }
+        },
+        "status": {},
+    }
+    if devices:
+        claim["status"]["allocation"] = {
+            "devices": {
+                "results": [
+                    {"request": r, "driver": names.DRA_DRIVER, "pool": n, "device": d}
+                    for r, n, d in devices
+                ]
+            }
+        }
+        claim["status"]["reservedFor"] = [
+            {"resource": "pods", "name": pod_name, "uid": f"uid-{pod_name}"}
+        ]
+    if conditions:
+        claim["status"]["devices"] = [
+            {"driver": names.DRA_DRIVER, "pool": n, "device": d, "conditions": conditions[d]}
+            for _, n, d in devices
+            if d in conditions
+        ]
+    return claim
+
+
+def dra_allocation(
+    claim: Mapping[str, Any], request: str, device: str, vnpu_id: int, *, phase: str = "Ready"
+) -> dict[str, Any]:
+    """The VNPUAllocation the operator writes for one device of `claim`."""
+    meta = claim["metadata"]
+    parsed = names.parse_dra_device_name(device)
+    assert parsed is not None
+    chip_index, template, _ = parsed
+    node_name = next(
+        r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]
+        if r["device"] == device
+    )  # fmt: skip
+    pod_name = meta["ownerReferences"][0]["name"]
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.ALLOCATION_KIND,
+        "metadata": {
+            "name": names.dra_allocation_name(meta["uid"], device),
+            "namespace": meta["namespace"],
+        },
+        "spec": {
+            "podName": pod_name,
+            "podUID": f"uid-{pod_name}",
+            "nodeName": node_name,
+            "chip": chip_index,
+            "template": template,
+            "vnpuId": vnpu_id,
+            "claim": {
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "request": request,
+                "device": device,
+            },
+        },
+        "status": {"phase": phase},
     }
