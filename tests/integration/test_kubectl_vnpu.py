@@ -229,7 +229,8 @@ def test_errors_exit_non_zero(cluster: Stack, plane: LocalPlane) -> None:
     plain = kubectl_vnpu(plane, "why", "plain", "-n", TEAM_A)
     assert plain.returncode == 1
     assert plain.stderr == (
-        f"error: pod {TEAM_A}/plain does not ask for vNPUs (no {names.ANN_TEMPLATE} annotation)\n"
+        f"error: pod {TEAM_A}/plain does not ask for vNPUs (no {names.ANN_TEMPLATE} annotation, "
+        f"and no {names.RESOURCE_PREFIX}<template> in its containers' resources.limits)\n"
     )
 
 
