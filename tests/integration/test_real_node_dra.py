@@ -30,9 +30,10 @@ from realnode_harness import exec_in, make_control_devices, release_node_allocat
 
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess, flags, free_port
 from localplane.plane import LocalPlane, PlaneError
-from localplane.realnode import KUBELET_ROOT, TEST_IMAGE, RealNode
+from localplane.realnode import ASCEND_HANDLER, KUBELET_ROOT, TEST_IMAGE, RealNode
 from localplane.waiting import wait_for
 from vnpu_agent import cdi
+from vnpu_agent.dra import metadata
 from vnpu_common import names
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]
@@ -452,3 +453,119 @@ def test_a_release_during_a_prepare_waits_for_it_on_the_real_node(
         assert not (real_node.device_dir / f"vdavinci{vnpu_id}").exists()
     finally:
         _restart_agent(dra_agent)
+
+
+# -- what the container sees (issue 55, item 5) --------------------------------
+
+
+def _exec(plane: LocalPlane, namespace: str, pod: str, container: str, *cmd: str) -> str:
+    return plane.kubectl("exec", "-n", namespace, pod, "-c", container, "--", *cmd).stdout
+
+
+def test_a_container_knows_its_non_first_vnpus_by_cann_index_and_by_metadata(
+    plane: LocalPlane, real_node: RealNode, dra_agent: AgentProcess, namespace: str
+) -> None:
+    """One claim, two requests, one container each, under the Ascend runtime
+    stand-in (which adds again what CDI injected, as the real one does). Each
+    container sees its request's vNPUs, none of them the chip's first, as
+    CANN's devices 0..n-1 (ASCEND_RT_VISIBLE_DEVICES) whatever the image
+    said, the ids in ASCEND_VISIBLE_DEVICES, and its request's KEP-5304
+    metadata file at the path k8s.io/dynamic-resource-allocation v0.37 mounts
+    it; the other request's file is not there. Unprepare removes the files."""
+    ids = {names.dra_device_name(0, TEMPLATE, 3): 110, names.dra_device_name(0, TEMPLATE, 1): 103,
+           names.dra_device_name(0, TEMPLATE, 2): 107}  # fmt: skip
+    requests = {"pair": list(ids)[:2], "one": list(ids)[2:]}
+    claim = resource_claim(namespace, "split")
+    claim["spec"]["devices"]["requests"] = [
+        {"name": "pair", "exactly": {"deviceClassName": names.DRA_DEVICE_CLASS, "count": 2}},
+        {"name": "one", "exactly": {"deviceClassName": names.DRA_DEVICE_CLASS}},
+    ]
+    plane.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(claim))
+    uid = _json(plane, "get", "resourceclaims.resource.k8s.io", "split", "-n", namespace)[
+        "metadata"
+    ]["uid"]
+    for request, devices in requests.items():
+        for device in devices:
+            name = names.dra_allocation_name(uid, device)
+            alloc = allocation(name, node=real_node.name, vnpu_id=ids[device], template=TEMPLATE)
+            alloc["metadata"]["labels"][names.LABEL_CLAIM_UID] = uid
+            alloc["spec"]["claim"] = {"name": "split", "uid": uid, "request": request,
+                                      "device": device}  # fmt: skip
+            create(plane, namespace, alloc)
+    for device in ids:
+        name = names.dra_allocation_name(uid, device)
+        wait_for(
+            f"{name} Ready", lambda n=name: phase(plane, namespace, n) == names.PHASE_READY, 30
+        )
+
+    pod = _pod(real_node, namespace, "split")
+    pod["spec"]["runtimeClassName"] = ASCEND_HANDLER
+    (main,) = pod["spec"]["containers"]
+    # What an image built on a bare-metal host may carry: an id, not an index.
+    main["env"] = [{"name": names.ENV_RT_VISIBLE_DEVICES, "value": "110"}]
+    pod["spec"]["containers"] = [
+        {**main, "name": request, "resources": {"claims": [{"name": "npu", "request": request}]}}
+        for request in requests
+    ]
+    kubectl = plane.kubectl
+    kubectl("create", "-f", "-", input=json.dumps(pod))
+    pod_name = pod["metadata"]["name"]
+    pod_uid = _json(plane, "get", "pod", pod_name, "-n", namespace)["metadata"]["uid"]
+    results = [
+        {"request": r, "driver": names.DRA_DRIVER, "pool": real_node.name, "device": d}
+        for r, devices in requests.items()
+        for d in devices
+    ]
+    status = {
+        "status": {
+            "allocation": {"devices": {"results": results}},
+            "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod_uid}],
+        }
+    }
+    kubectl("patch", "resourceclaims.resource.k8s.io", "split", "-n", namespace,
+            "--subresource=status", "--type=merge", "-p", json.dumps(status))  # fmt: skip
+    running(plane, namespace, pod_name, timeout=90)
+
+    root = names.DRA_METADATA_CONTAINER_DIR
+    for request, want_ids, indexes in [("pair", [103, 110], "0,1"), ("one", [107], "0")]:
+        listing = _exec(plane, namespace, pod_name, request, "ls", "/dev").split()
+        assert sorted(d for d in listing if d.startswith("davinci") and d[7:].isdigit()) == sorted(
+            f"davinci{i}" for i in want_ids
+        ), listing
+        env = dict(
+            line.split("=", 1)
+            for line in _exec(plane, namespace, pod_name, request, "env").splitlines()
+            if "=" in line
+        )
+        assert env[names.ENV_VISIBLE_DEVICES] == ",".join(str(i) for i in want_ids)
+        assert env[names.ENV_RT_VISIBLE_DEVICES] == indexes
+        assert env[names.ENV_RUNTIME_OPTIONS] == names.RUNTIME_OPTIONS_VIRTUAL
+        assert env[names.ENV_VNPU_SPECS] == ""
+
+        mine = f"{root}/resourceclaims/split/{request}/{names.DRA_METADATA_FILE}"
+        text = _exec(plane, namespace, pod_name, request, "cat", mine)
+        newest, older = metadata.read_objects(text)
+        assert [newest["apiVersion"], older["apiVersion"]] == list(names.DRA_METADATA_API_VERSIONS)
+        assert newest["metadata"]["uid"] == uid
+        (got,) = newest["requests"]
+        assert got["name"] == request
+        assert [(d["pool"], d["attributes"]["vnpuId"]["int"], d["attributes"]["chip"]["int"],
+                 d["attributes"]["template"]["string"]) for d in got["devices"]] == [
+            (real_node.name, i, 0, TEMPLATE) for i in want_ids
+        ]  # fmt: skip
+        other = "one" if request == "pair" else "pair"
+        absent = f"{root}/resourceclaims/split/{other}/{names.DRA_METADATA_FILE}"
+        probe = f"test -e {absent} && echo there || echo absent"
+        assert _exec(plane, namespace, pod_name, request, "sh", "-c", probe).strip() == "absent"
+        # Read-only in the container.
+        wrote = _exec(plane, namespace, pod_name, request, "sh", "-c",
+                      f"echo x >> {mine} 2>/dev/null && echo wrote || echo refused")  # fmt: skip
+        assert wrote.strip() == "refused"
+
+    host = dra_agent.state_dir / real_node.name / "dra" / names.DRA_METADATA_HOST_SUBDIR
+    assert sorted(p.parent.name for p in host.rglob("metadata.json")) == ["one", "pair"]
+    kubectl("delete", "pod", pod_name, "-n", namespace, "--wait=true", timeout=60)
+    wait_for("the claim's metadata removed", lambda: not list(host.rglob("metadata.json")), 60)
+    for device in ids:
+        kubectl("delete", "vnpuallocation", names.dra_allocation_name(uid, device), "-n",
+                namespace, "--wait=true", timeout=60)  # fmt: skip
