@@ -17,6 +17,31 @@ view, the node and the pool generation.
   and one `vnpus` from its chip's set. The list stays the empty chip's
   whatever is held: the net counters are what stop the scheduler, so a vNPU
   created or destroyed for a live claim changes no slice.
+- Room devices, where the chip has room beside its largest template (most
+  AICore, then memory, then name: the one bestfit keeps room for): what the
+  empty chip has left once it holds as many of the largest as fit. A 310P3
+  holds one vir04 (4 of its 7 AICPUs) and has 3 AICPUs beside it, a 910ProB
+  one vir16 (16 of its 30 AICore) and 14 beside it; two vir10 fill a 910B3
+  and leave no room. Each template gets as many more devices as fit in the
+  room (numbered on from the chip's own instances), consuming what the
+  chip's own devices consume and as much again of the set's `room-*`
+  counters, which hold the room's size. A vNPU on a room device never costs
+  its chip the largest template.
+- Device order, which decides where the scheduler puts a vNPU: its
+  allocator is first fit (slices by name, devices as listed: the first
+  device of the claim's template whose counters fit) and no DRA score
+  steers its pick of a node. So every room device of the node comes first,
+  chip by chip, then every chip's own devices, chip by chip: a small vNPU
+  goes beside a largest one, or beside room kept for one, while any such
+  room is left, and only then onto the chips in turn, filling one before
+  the next. Measured with `make bench-placement` (row `dra`, the scheduler's
+  random pick among the nodes a request fits), placed on arrival at 95 %
+  load: chip by chip alone 94.4 %, room first 97.4 % (bestfit, the
+  annotation path: 100 %). Walking the chips the other way for the largest
+  template, or for the others, did no better (92.6 to 94.0 % without room
+  devices, 97.2 to 97.3 % with them). Which template comes first within a
+  chip decides nothing (measured alike): a claim that selects by template
+  sees only its template's devices.
 - A cordoned or unhealthy chip offers NO device (its counter set stays):
   a NoSchedule device taint is defeated by a request tolerating everything
   (`tolerations: [{operator: Exists}]`), an absent device by nothing. The
@@ -24,7 +49,8 @@ view, the node and the pool generation.
   operator work from the claim's allocation, not from the slices.
 - Counter sets and devices never share a slice (resource.k8s.io/v1): at most
   8 sets per counter slice, at most 64 devices per device slice (the limit
-  when devices consume counters or carry taints).
+  when devices consume counters or carry taints), cut from the device order
+  above.
 
 Every slice carries the same pool generation and resourceSliceCount, the
 node's name in spec.nodeName, and an ownerReference to the Node, so the
@@ -40,6 +66,7 @@ from typing import Any, Final
 
 from vnpu_common import names
 from vnpu_common.api.models import ChipStatus, TemplateResources
+from vnpu_common.fits import id_range_size, instances
 
 # resource.k8s.io/v1 limits (staging/src/k8s.io/api/resource/v1/types.go).
 MAX_COUNTER_SETS_PER_SLICE: Final = 8  # ResourceSliceMaxCounterSets
@@ -58,8 +85,12 @@ _DEVICES: Final = "devices"
 # is zero-padded to sort as a number: unpadded, -10 comes before -2 and the
 # device order is lost. Three digits hold 1000 slices (64000 devices); the
 # most a node makes is far below: 16 chips x 7 templates x 16 ids is 1792
-# devices, 28 slices.
+# devices, as many again as room devices, 56 slices.
 _INDEX_DIGITS: Final = 3
+# A chip's counters for its room devices (see the module doc): the room's
+# size under the chip's own counter names, prefixed. A placement aid, not
+# capacity: the chip's own counters still hold every device.
+_ROOM: Final = "room-"
 
 
 def slice_name(node: str, kind: str, index: int) -> str:
@@ -72,26 +103,6 @@ def slice_name(node: str, kind: str, index: int) -> str:
     digest = hashlib.sha256(node.encode()).hexdigest()[:10]
     head = node[: MAX_NAME_LENGTH - len(suffix) - len(digest) - 1].rstrip(".-")
     return f"{head}-{digest}{suffix}"
-
-
-def instances(chip: ChipStatus, template: TemplateResources) -> int:
-    """How many vNPUs of `template` fit on `chip` when it is empty: the
-    smallest total / size over the resources the template takes, at most the
-    chip's id range (a template that takes nothing is bounded by it alone)."""
-    fits = [id_range_size(chip)]
-    for size, total in (
-        (template.aicore, chip.aicore_total),
-        (template.memory_mb, chip.memory_total_mb),
-        (template.aicpu, chip.aicpu_total),
-        (template.media, chip.media_total),
-    ):
-        if size > 0:
-            fits.append(total // size)
-    return max(min(fits), 0)
-
-
-def id_range_size(chip: ChipStatus) -> int:
-    return max(chip.vnpu_id_max - chip.vnpu_id_min + 1, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,19 +203,25 @@ def _quantity(value: int) -> dict[str, str]:
     return {"value": str(max(value, 0))}
 
 
-def counter_set(chip: ChipStatus, held: Held | None = None) -> dict[str, Any]:
-    """The chip's counters: its totals less what `held` holds."""
-    h = held or Held()
+def _totals(chip: ChipStatus, held: Held) -> dict[str, dict[str, str]]:
     return {
-        "name": names.dra_counter_set(chip.index),
-        "counters": {
-            names.DRA_COUNTER_AICORE: _quantity(chip.aicore_total - h.aicore),
-            names.DRA_COUNTER_MEMORY: _quantity(chip.memory_total_mb - h.memory_mb),
-            names.DRA_COUNTER_AICPU: _quantity(chip.aicpu_total - h.aicpu),
-            names.DRA_COUNTER_MEDIA: _quantity(chip.media_total - h.media),
-            names.DRA_COUNTER_VNPUS: _quantity(id_range_size(chip) - h.vnpus),
-        },
+        names.DRA_COUNTER_AICORE: _quantity(chip.aicore_total - held.aicore),
+        names.DRA_COUNTER_MEMORY: _quantity(chip.memory_total_mb - held.memory_mb),
+        names.DRA_COUNTER_AICPU: _quantity(chip.aicpu_total - held.aicpu),
+        names.DRA_COUNTER_MEDIA: _quantity(chip.media_total - held.media),
+        names.DRA_COUNTER_VNPUS: _quantity(id_range_size(chip) - held.vnpus),
     }
+
+
+def counter_set(chip: ChipStatus, held: Held | None = None) -> dict[str, Any]:
+    """The chip's counters: its totals less what `held` holds, and the size
+    of its room when it has room devices. The room is not net of `held`: the
+    chip's own counters, which every device consumes, already are."""
+    counters = _totals(chip, held or Held())
+    space = room(chip)
+    if space is not None:
+        counters.update({_ROOM + k: v for k, v in _totals(space, Held()).items()})
+    return {"name": names.dra_counter_set(chip.index), "counters": counters}
 
 
 def _consumption(template: TemplateResources) -> dict[str, dict[str, str]]:
@@ -219,6 +236,36 @@ def _consumption(template: TemplateResources) -> dict[str, dict[str, str]]:
     return consumed
 
 
+def largest(chip: ChipStatus) -> TemplateResources | None:
+    """The chip's largest template: most AICore, then most memory, then the
+    first name; the rule of the operator's bestfit
+    (placement.fragmentation.largest_templates), so both paths keep room for
+    the same template."""
+    return min(chip.templates or (), key=lambda t: (-t.aicore, -t.memory_mb, t.name), default=None)
+
+
+def room(chip: ChipStatus) -> ChipStatus | None:
+    """The room beside the chip's largest template, as a chip of that size:
+    what the empty chip has left once it holds as many of the largest as fit.
+    None when no template fits in it."""
+    big = largest(chip)
+    if big is None:
+        return None
+    n = instances(chip, big)
+    space = chip.model_copy(
+        update={
+            "aicore_total": chip.aicore_total - n * big.aicore,
+            "memory_total_mb": chip.memory_total_mb - n * big.memory_mb,
+            "aicpu_total": chip.aicpu_total - n * big.aicpu,
+            "media_total": chip.media_total - n * big.media,
+            "vnpu_id_max": chip.vnpu_id_max - n,
+        }
+    )
+    if not any(instances(space, t) for t in chip.templates or ()):
+        return None
+    return space
+
+
 def offers(chip: ChipStatus, *, cordoned: bool) -> bool:
     """Whether the chip offers devices: healthy (not Unhealthy, not Unknown)
     and not cordoned by an admin. Not a taint: a claim may tolerate any
@@ -227,55 +274,56 @@ def offers(chip: ChipStatus, *, cordoned: bool) -> bool:
     return chip.health == "Healthy" and not cordoned
 
 
+def _device(
+    chip: ChipStatus, template: TemplateResources, n: int, consumed: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "name": names.dra_device_name(chip.index, template.name, n),
+        "attributes": {
+            names.DRA_ATTR_TEMPLATE: {"string": template.name},
+            names.DRA_ATTR_MODEL: {"string": chip.model},
+            names.DRA_ATTR_CHIP: {"int": chip.index},
+            names.DRA_ATTR_AICORE: {"int": template.aicore},
+            names.DRA_ATTR_MEMORY_MB: {"int": template.memory_mb},
+        },
+        "consumesCounters": [
+            {"counterSet": names.dra_counter_set(chip.index), "counters": consumed}
+        ],
+        "bindsToNode": True,
+        "bindingConditions": [names.DRA_COND_READY],
+        "bindingFailureConditions": [names.DRA_COND_FAILED],
+    }
+
+
 def chip_devices(chip: ChipStatus, *, cordoned: bool) -> list[dict[str, Any]]:
     """The devices of one chip: every template instance that fits on it
     empty; none when it is cordoned or not healthy (offers)."""
     if not offers(chip, cordoned=cordoned):
         return []
-    devices = []
+    return [
+        _device(chip, template, n, _consumption(template))
+        for template in chip.templates or ()
+        for n in range(instances(chip, template))
+    ]
+
+
+def room_devices(chip: ChipStatus, *, cordoned: bool) -> list[dict[str, Any]]:
+    """The chip's room devices: per template, as many as fit in its room,
+    numbered on from the chip's own instances; each consumes the template's
+    sizes from the chip's counters and from its room counters. None when the
+    chip has no room, is cordoned or is not healthy."""
+    space = room(chip)
+    if space is None or not offers(chip, cordoned=cordoned):
+        return []
+    out: list[dict[str, Any]] = []
     for template in chip.templates or ():
-        for n in range(instances(chip, template)):
-            device: dict[str, Any] = {
-                "name": names.dra_device_name(chip.index, template.name, n),
-                "attributes": {
-                    names.DRA_ATTR_TEMPLATE: {"string": template.name},
-                    names.DRA_ATTR_MODEL: {"string": chip.model},
-                    names.DRA_ATTR_CHIP: {"int": chip.index},
-                    names.DRA_ATTR_AICORE: {"int": template.aicore},
-                    names.DRA_ATTR_MEMORY_MB: {"int": template.memory_mb},
-                },
-                "consumesCounters": [
-                    {
-                        "counterSet": names.dra_counter_set(chip.index),
-                        "counters": _consumption(template),
-                    }
-                ],
-                "bindsToNode": True,
-                "bindingConditions": [names.DRA_COND_READY],
-                "bindingFailureConditions": [names.DRA_COND_FAILED],
-            }
-            devices.append(device)
-    return devices
-
-
-def _pack_devices(per_chip: Iterable[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
-    """Devices in slices of at most MAX_DEVICES_PER_SLICE, a chip's devices
-    kept in one slice whenever they fit in one (so a change on one chip
-    rewrites few slices' devices)."""
-    slices: list[list[dict[str, Any]]] = []
-    current: list[dict[str, Any]] = []
-    for devices in per_chip:
-        if current and len(current) + len(devices) > MAX_DEVICES_PER_SLICE:
-            slices.append(current)
-            current = []
-        for device in devices:
-            if len(current) == MAX_DEVICES_PER_SLICE:
-                slices.append(current)
-                current = []
-            current.append(device)
-    if current:
-        slices.append(current)
-    return slices
+        consumed = _consumption(template)
+        consumed.update({_ROOM + k: v for k, v in _consumption(template).items()})
+        first = instances(chip, template)
+        out.extend(
+            _device(chip, template, first + n, consumed) for n in range(instances(space, template))
+        )
+    return out
 
 
 def pool_slices(
@@ -299,7 +347,12 @@ def pool_slices(
         [counter_set(c, held.get(c.index)) for c in ordered[i : i + MAX_COUNTER_SETS_PER_SLICE]]
         for i in range(0, len(ordered), MAX_COUNTER_SETS_PER_SLICE)
     ]
-    device_groups = _pack_devices(chip_devices(c, cordoned=c.index in off) for c in ordered)
+    # The device order the module doc explains: every room first, then the chips.
+    order = [d for c in ordered for d in room_devices(c, cordoned=c.index in off)]
+    order += [d for c in ordered for d in chip_devices(c, cordoned=c.index in off)]
+    device_groups = [
+        order[i : i + MAX_DEVICES_PER_SLICE] for i in range(0, len(order), MAX_DEVICES_PER_SLICE)
+    ]
     count = len(counter_groups) + len(device_groups)
     pool = {"name": node, "generation": generation, "resourceSliceCount": count}
     meta_extra: dict[str, Any] = {}

@@ -202,7 +202,7 @@ async def test_a_slice_changed_or_deleted_by_someone_else_is_put_back(tmp_path: 
     pool = pool_of(agent)
     await agent.publish()
     await pool.sync()
-    assert len(fake.objects) == 2 + 6
+    assert len(fake.objects) == 2 + 7  # 16 x 28 devices: 20 of each chip, 8 in its room
     assert fake.generations() == {1}
     del fake.objects["n1-vnpu-devices-003"]
     fake.objects["n1-vnpu-counters-001"]["spec"]["sharedCounters"].pop()
@@ -212,7 +212,7 @@ async def test_a_slice_changed_or_deleted_by_someone_else_is_put_back(tmp_path: 
     fake.objects["n1-old"] = stray
     await pool.sync()
     assert fake.generations() == {2}
-    assert len(fake.objects) == 8
+    assert len(fake.objects) == 9
     assert ("delete", "n1-old") in fake.writes
 
 
@@ -259,7 +259,7 @@ async def test_fewer_chips_delete_the_surplus_slices(tmp_path: Path) -> None:
     pool = pool_of(agent)
     await agent.publish()
     await pool.sync()
-    assert len(fake.objects) == 8
+    assert len(fake.objects) == 9
     pool.update(pool._chips[:4] if pool._chips else [], [])
     await pool.sync()
     assert sorted(fake.objects) == [

@@ -136,21 +136,73 @@ def test_a_910b3_gives_four_vir05_and_two_vir10_on_its_own_counter_set() -> None
         assert s["spec"]["pool"] == {"name": "n1", "generation": 3, "resourceSliceCount": 2}
 
 
-def test_a_310p3_gives_twenty_devices_limited_by_its_scarcest_resource() -> None:
+def test_a_310p3_gives_twenty_devices_and_eight_more_in_the_room_beside_its_vir04() -> None:
     pool = slices.pool_slices([chip(0, "310P3")], [], "n1", 1)
     check_v1_limits(pool, "n1")
+    own = [d for d in devices(pool) if "room-aicpu" not in d["consumesCounters"][0]["counters"]]
     # vir01: 8 AICore, 8 media, 24 GB / 3 GB = 8, but 7 AICPU; vir04_3c_ndvpp
     # takes no media (no media counter consumed); vir04_4c_dvpp takes all 8.
-    assert templates_of(pool) == {
+    assert templates_of([{"spec": {"devices": own}}]) == {
         "vir01": 7, "vir02": 3, "vir02_1c": 4, "vir04": 1,
         "vir04_3c": 2, "vir04_3c_ndvpp": 2, "vir04_4c_dvpp": 1,
     }  # fmt: skip
-    assert len(devices(pool)) == 20
-    assert counter_sets(pool)[0]["counters"]["vnpus"] == {"value": "8"}
+    # The room beside one vir04: 4 AICore, 12 GB, 3 AICPU, 4 media, 7 ids.
+    assert counter_sets(pool)[0]["counters"] == {
+        "aicore": {"value": "8"}, "memory-mb": {"value": "24576"}, "aicpu": {"value": "7"},
+        "media": {"value": "8"}, "vnpus": {"value": "8"},
+        "room-aicore": {"value": "4"}, "room-memory-mb": {"value": "12288"},
+        "room-aicpu": {"value": "3"}, "room-media": {"value": "4"}, "room-vnpus": {"value": "7"},
+    }  # fmt: skip
+    # First in the pool: what fits in that room, numbered on from the chip's own.
+    listed = [d["name"] for d in devices(pool)]
+    assert listed[:8] == [
+        "npu-0-vir01-7", "npu-0-vir01-8", "npu-0-vir01-9", "npu-0-vir02-3",
+        "npu-0-vir02-1c-4", "npu-0-vir02-1c-5", "npu-0-vir04-3c-2", "npu-0-vir04-3c-ndvpp-2",
+    ]  # fmt: skip
+    assert listed[8:] == [d["name"] for d in own]
+    assert len(listed) == 28
+    room_vir01 = devices(pool)[0]["consumesCounters"]
+    assert room_vir01 == [{"counterSet": "npu-0", "counters": {
+        "aicore": {"value": "1"}, "memory-mb": {"value": "3072"}, "aicpu": {"value": "1"},
+        "media": {"value": "1"}, "vnpus": {"value": "1"},
+        "room-aicore": {"value": "1"}, "room-memory-mb": {"value": "3072"},
+        "room-aicpu": {"value": "1"}, "room-media": {"value": "1"}, "room-vnpus": {"value": "1"},
+    }}]  # fmt: skip
     ndvpp = next(d for d in devices(pool) if d["name"] == "npu-0-vir04-3c-ndvpp-0")
     assert "media" not in ndvpp["consumesCounters"][0]["counters"]
     assert "metadata" in pool[0]
     assert "ownerReferences" not in pool[0]["metadata"]
+    # Every name the operator reads back names the chip and template.
+    parsed = [names.parse_dra_device_name(n) for n in listed[:8]]
+    assert {p[:2] for p in parsed if p} == {
+        (0, t) for t in ("vir01", "vir02", "vir02_1c", "vir04_3c", "vir04_3c_ndvpp")
+    }
+    assert None not in parsed
+
+
+def test_room_devices_come_first_on_the_node_then_each_chip_in_turn() -> None:
+    pool = slices.pool_slices([chip(i, "310P3") for i in range(3)], [], "n1", 1)
+    check_v1_limits(pool, "n1")
+    order = [(d["name"], "room-aicpu" in d["consumesCounters"][0]["counters"])
+             for d in devices(pool)]  # fmt: skip
+    assert [room for _, room in order] == [True] * 24 + [False] * 60
+    chips_in_order = [int(n.split("-")[1]) for n, _ in order]
+    assert chips_in_order == sorted(chips_in_order[:24]) + sorted(chips_in_order[24:])
+
+
+def test_only_a_chip_with_room_beside_its_largest_template_has_room_devices() -> None:
+    # Two vir10 fill a 910B3, two vir16 a 910; one vir16 leaves 14 of a 910ProB's 30 AICore.
+    assert slices.room(chip(0)) is None
+    assert slices.room(chip(0, "910")) is None
+    assert slices.room_devices(chip(0, "910"), cordoned=False) == []
+    pro = slices.room_devices(chip(0, "910ProB"), cordoned=False)
+    assert templates_of([{"spec": {"devices": pro}}]) == {"vir02": 7, "vir04": 3, "vir08": 1}
+    # A cordoned or unhealthy chip offers no room device either; its room counters stay.
+    assert slices.room_devices(chip(0, "310P3"), cordoned=True) == []
+    assert slices.room_devices(chip(0, "310P3", healthy=False), cordoned=False) == []
+    pool = slices.pool_slices([chip(0, "310P3")], [0], "n1", 1)
+    assert devices(pool) == []
+    assert "room-aicpu" in counter_sets(pool)[0]["counters"]
 
 
 @pytest.mark.parametrize("model", sorted(CATALOG))
@@ -161,17 +213,17 @@ def test_every_catalog_model_fits_the_limits(model: str) -> None:
 
 
 def test_sixteen_chips_make_two_counter_slices_of_eight_and_device_slices_of_at_most_64() -> None:
-    chips = [chip(i, "310P3") for i in range(16)]  # 20 devices each: 320
+    chips = [chip(i, "310P3") for i in range(16)]  # 28 devices each: 448
     pool = slices.pool_slices(chips, [], "big", 7)
     check_v1_limits(pool, "big")
     kinds = [s["metadata"]["name"].rsplit("-", 2)[1] for s in pool]
-    assert kinds == ["counters"] * 2 + ["devices"] * 6
+    assert kinds == ["counters"] * 2 + ["devices"] * 7
     assert [len(s["spec"]["sharedCounters"]) for s in pool[:2]] == [8, 8]
     per_slice = [len(s["spec"]["devices"]) for s in pool[2:]]
-    # A chip's 20 devices stay in one slice: three chips per slice.
-    assert per_slice == [60, 60, 60, 60, 60, 20]
-    assert len(devices(pool)) == 320
-    assert {s["spec"]["pool"]["resourceSliceCount"] for s in pool} == {8}
+    # Cut from the pool's device order: full slices, the rest in the last.
+    assert per_slice == [64] * 7
+    assert len(devices(pool)) == 448
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in pool} == {9}
     assert {s["spec"]["pool"]["generation"] for s in pool} == {7}
 
 

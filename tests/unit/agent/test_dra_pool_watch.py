@@ -143,7 +143,7 @@ async def test_every_slice_written_is_counted_by_operation(tmp_path: Path) -> No
     def count(op: str) -> float | None:
         return registry.get_sample_value("vnpu_agent_dra_pool_writes_total", {"op": op})
 
-    assert (count("create"), count("update"), count("delete")) == (8, 3, 5)
+    assert (count("create"), count("update"), count("delete")) == (9, 3, 6)
 
 
 async def test_the_watch_hands_each_slice_to_its_nodes_pool_only(tmp_path: Path) -> None:

@@ -124,6 +124,21 @@ def test_the_published_pool_fills_one_chip_before_the_next() -> None:
     assert names_of(node.first_fit("vir10_3c_32g", 1)) == ["npu-1-vir10-3c-32g-0"]
 
 
+def test_small_vnpus_go_beside_the_largest_before_they_take_a_chip_of_their_own() -> None:
+    # Two 310P3: a vir04 takes 4 of a chip's 7 AICPUs. Six vir01 (one AICPU
+    # each) in chip order would leave chip 0 with 1 AICPU and one vir04 in
+    # all; in the rooms beside the vir04s, three per chip, both stay.
+    chips = [workload.chip_status("310P3", i) for i in range(2)]
+    node = dra.NodePool(pool_slices(chips, (), "n", 1))
+    for _ in range(6):
+        got = node.first_fit("vir01", 1)
+        assert got is not None
+        node.allocate(got)
+    assert sorted(names_of(node.first_fit("vir04", 2)) or []) == ["npu-0-vir04-0", "npu-1-vir04-0"]
+    # The seventh has no room left beside a vir04: it takes chip 0's own.
+    assert names_of(node.first_fit("vir01", 1)) == ["npu-0-vir01-0"]
+
+
 def test_a_node_is_picked_only_where_the_whole_request_fits_and_at_random() -> None:
     inventories = workload.inventories(2, {"910B3": 1})
     placer = dra.DraPlacer(inventories, seed=1)
