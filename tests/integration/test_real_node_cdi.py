@@ -1,7 +1,8 @@
 """The agent's CDI specs, consumed for real: containerd on the real node
 injects a vNPU's spec into a container when the container's CRI config names
 the device, which the test device plugin (hack/node/cdi-test-plugin) makes
-the kubelet do.
+the kubelet do. Also, with the Ascend runtime stand-in instead of CDI: the
+annotation path's env names a container's vNPUs by CANN's indexes.
 
 The agent (sim driver, serving the real node) makes the vNPU and its device
 node in the node's device dir, and writes the spec into containerd's only
@@ -33,11 +34,12 @@ from realnode_harness import make_control_devices, release_node_allocations
 
 from localplane.components import AGENT_NAMESPACE, AgentProcess
 from localplane.plane import LocalPlane
-from localplane.realnode import TEST_IMAGE, RealNode
+from localplane.realnode import ASCEND_HANDLER, TEST_IMAGE, RealNode
 from localplane.waiting import wait_for
 from vnpu_agent import cdi
 from vnpu_agent.drivers.sim import NULL_DEVICE
 from vnpu_common import names
+from vnpu_operator.admission.mutation import device_env
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]
 
@@ -270,3 +272,39 @@ def test_the_spec_goes_with_the_vnpu(
     plane.apply(again)
     message = _create_error(plane, namespace, again["metadata"]["name"])
     assert f"unresolvable CDI devices vnpu.io/vnpu={vnpu_id}" in message
+
+
+def test_an_annotation_containers_env_gives_cann_the_indexes_of_non_first_vnpus(
+    plane: LocalPlane, real_node: RealNode, cdi_agent: AgentProcess, namespace: str
+) -> None:
+    """The annotation path's env (the webhook's device_env for a pod of two
+    vNPUs; ASCEND_VISIBLE_DEVICES read from vnpu.io/visible-devices as the
+    operator sets it, in its order) under the Ascend runtime stand-in: the
+    runtime mounts vNPUs 106 and 103, neither the chip's first, and CANN's
+    indexes are 0,1 whatever the image said (an earlier entry here, which the
+    kubelet's last-one-wins puts where an image's ENV is)."""
+    for vnpu_id in (106, 103):
+        _make_vnpu(plane, real_node, namespace, vnpu_id)
+    pod = _pod(real_node, namespace, "unused")
+    pod["metadata"]["annotations"] = {names.ANN_VISIBLE_DEVICES: "106,103"}
+    pod["spec"]["runtimeClassName"] = ASCEND_HANDLER
+    (main,) = pod["spec"]["containers"]
+    del main["resources"]
+    main["env"] = [{"name": names.ENV_RT_VISIBLE_DEVICES, "value": "106"}, *device_env(True, 2)]
+    name = pod["metadata"]["name"]
+    # Not server-side apply: it refuses an env name twice, which the kubelet takes.
+    plane.kubectl("create", "-f", "-", input=json.dumps(pod))
+    _running(plane, namespace, name)
+
+    listing = plane.kubectl("exec", "-n", namespace, name, "--", "ls", "/dev").stdout.split()
+    assert sorted(d for d in listing if d.startswith("davinci") and d[7:].isdigit()) == [
+        "davinci103",
+        "davinci106",
+    ]
+    env = plane.kubectl("exec", "-n", namespace, name, "--", "env").stdout.splitlines()
+    assert f"{names.ENV_VISIBLE_DEVICES}=106,103" in env
+    assert f"{names.ENV_RT_VISIBLE_DEVICES}=0,1" in env
+    assert [e for e in env if e.startswith(f"{names.ENV_RT_VISIBLE_DEVICES}=")] == [
+        f"{names.ENV_RT_VISIBLE_DEVICES}=0,1"
+    ]
+    plane.kubectl("delete", "pod", "-n", namespace, name, "--wait=true", timeout=60)
