@@ -562,10 +562,16 @@ def test_a_container_knows_its_non_first_vnpus_by_cann_index_and_by_metadata(
                       f"echo x >> {mine} 2>/dev/null && echo wrote || echo refused")  # fmt: skip
         assert wrote.strip() == "refused"
 
-    host = dra_agent.state_dir / real_node.name / "dra" / names.DRA_METADATA_HOST_SUBDIR
-    assert sorted(p.parent.name for p in host.rglob("metadata.json")) == ["one", "pair"]
+    # Wherever the agent keeps them on the host: the specs' mounts say.
+    hosts = set()
+    for device in ids:
+        spec = json.loads(cdi.claim_spec_path(real_node.cdi_dir, uid, device).read_text())
+        (mount,) = spec["devices"][0]["containerEdits"]["mounts"]
+        hosts.add(Path(mount["hostPath"]))
+    assert sorted(h.parent.name for h in hosts) == ["one", "pair"]
+    assert all(h.exists() for h in hosts)
     kubectl("delete", "pod", pod_name, "-n", namespace, "--wait=true", timeout=60)
-    wait_for("the claim's metadata removed", lambda: not list(host.rglob("metadata.json")), 60)
+    wait_for("the claim's metadata removed", lambda: not [h for h in hosts if h.exists()], 60)
     for device in ids:
         kubectl("delete", "vnpuallocation", names.dra_allocation_name(uid, device), "-n",
                 namespace, "--wait=true", timeout=60)  # fmt: skip

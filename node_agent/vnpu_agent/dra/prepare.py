@@ -142,10 +142,9 @@ class Preparer:
         """`guard`: the node's allocations and vNPUs (for_node always gives
         it; without one, as in tests of the gRPC side alone, Prepare checks
         only the API objects). `boot_id`: this boot's, read from the kernel
-        unless given. `metadata_dir`: where the requests' metadata files go,
-        by default beside the checkpoint; the specs mount them from that path,
-        so it must be the same path on the host (as the chart's state
-        directory is)."""
+        unless given. `metadata_dir`: where the requests' metadata files go
+        (by default beside the checkpoint); the specs mount them from that
+        path, so it must be the same path on the host."""
         self.node = node
         self.reader = reader
         self.cdi_dir = cdi_dir
