@@ -332,6 +332,11 @@ def for_node(
         settings.state_dir / node / "dra" / "checkpoint.json",
         settings.cdi_dir,
         settings.cdi_host_device_dir,
+        # The metadata files are mounted into containers by their host path, so
+        # they live in the plugin's own directory, at the same path inside the
+        # agent's container and on the host (as its socket does), not in the
+        # state directory, which the chart mounts elsewhere (agent.hostPaths.state).
+        metadata_dir=settings.dra_plugins_dir / names.DRA_DRIVER / names.DRA_METADATA_HOST_SUBDIR,
     )
     paths = sockets(
         names.DRA_DRIVER, settings.dra_plugins_dir, settings.dra_registry_dir, settings.pod_uid

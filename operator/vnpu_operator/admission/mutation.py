@@ -117,7 +117,7 @@ def mutate_pod(
     chosen = set(_selected(pod, request.containers))
     for ref in pod_containers(pod):
         container = spec[ref.field][ref.index]
-        ops += _env_ops(ref, container.get("env"), device_env(ref in chosen))
+        ops += _env_ops(ref, container.get("env"), device_env(ref in chosen, request.count))
     if charge is not None:
         ops += _charge_ops(pod, _charged(pod, request.containers), charge)
     if runtime_class_name and not spec.get("runtimeClassName"):

@@ -33,7 +33,8 @@ VISIBLE = visible_devices_env()
 RUNTIME = runtime_options_env()
 NO_SPECS = no_vnpu_specs_env()
 # What every container of a vNPU pod ends with: its vNPUs, or none.
-OURS = [VISIBLE, RUNTIME, NO_SPECS]
+INDEXES = device_indexes_env(1)  # a pod of one vNPU: CANN's device 0
+OURS = [VISIBLE, RUNTIME, NO_SPECS, INDEXES]
 NONE = [no_devices_env(), RUNTIME, NO_SPECS]
 
 
@@ -155,9 +156,10 @@ def test_user_values_of_system_env_are_replaced(make_pod: PodFactory) -> None:
         {"op": "replace", "path": "/spec/containers/0/env/2", "value": VISIBLE},
         {"op": "replace", "path": "/spec/containers/0/env/0", "value": RUNTIME},
         {"op": "add", "path": "/spec/containers/0/env/-", "value": NO_SPECS},
+        {"op": "add", "path": "/spec/containers/0/env/-", "value": INDEXES},
     ]
     assert _env(_apply(pod), "containers", 0) == [
-        RUNTIME, {"name": "KEEP", "value": "1"}, VISIBLE, NO_SPECS,
+        RUNTIME, {"name": "KEEP", "value": "1"}, VISIBLE, NO_SPECS, INDEXES,
     ]  # fmt: skip
 
 
@@ -172,7 +174,7 @@ def test_duplicate_system_env_entries_are_removed(make_pod: PodFactory) -> None:
     ]
     pod = make_pod(containers=[{"name": "app", "env": env}])
     assert _env(_apply(pod), "containers", 0) == [
-        VISIBLE, {"name": "A", "value": "a"}, RUNTIME, NO_SPECS,
+        VISIBLE, {"name": "A", "value": "a"}, RUNTIME, NO_SPECS, INDEXES,
     ]  # fmt: skip
 
 
@@ -185,7 +187,9 @@ def test_defaulted_field_ref_counts_as_ours(make_pod: PodFactory) -> None:
         "valueFrom": {"fieldRef": {"fieldPath": VISIBLE_DEVICES_FIELD_PATH}},
     }
     pod = make_pod(
-        containers=[{"name": "app", "env": [visible, RUNTIME, {"name": "ASCEND_VNPU_SPECS"}]}],
+        containers=[
+            {"name": "app", "env": [visible, RUNTIME, {"name": "ASCEND_VNPU_SPECS"}, INDEXES]}
+        ],
         schedulingGates=[{"name": names.SCHEDULING_GATE}],
     )
     pod["metadata"]["finalizers"] = [names.POD_FINALIZER]
@@ -313,10 +317,10 @@ def test_indexes_are_0_to_n_minus_1_whatever_the_ids() -> None:
 
 
 def test_with_the_pods_count_a_vnpu_container_also_gets_its_indexes() -> None:
-    assert device_env(True, 2) == [*OURS, device_indexes_env(2)]
+    assert device_env(True, 2) == [VISIBLE, RUNTIME, NO_SPECS, device_indexes_env(2)]
     # Without vNPUs it has no device to index; without a count, what it had.
     assert device_env(False, 2) == NONE
-    assert device_env(True) == OURS
+    assert device_env(True) == [VISIBLE, RUNTIME, NO_SPECS]
 
 
 def test_an_index_list_the_user_set_is_replaced_by_ours() -> None:
