@@ -208,3 +208,22 @@ class Stack:
 StackOf = Callable[..., Stack]
 """The `stack_of` fixture (conftest.py): `stack_of(nodes, agent_extra=...,
 operator_extra=...)` starts a Stack, closed after the module's last test."""
+
+
+def apply_quota(plane: LocalPlane, namespace: str, hard: dict[str, str]) -> None:
+    """What docs/USAGE.md's "Quota" tells admins to write: a plain ResourceQuota
+    `vnpu` with `hard`, applied and counted by the quota controller."""
+    plane.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "vnpu", "namespace": namespace},
+            "spec": {"hard": dict(hard)},
+        }
+    )
+
+    def counted() -> bool:
+        quota = get_json(plane, "resourcequota", "-n", namespace, "vnpu") or {}
+        return bool((quota.get("status") or {}).get("hard") == hard)
+
+    wait_for(f"quota of {namespace} counted", counted, timeout=30, interval=0.3)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from dra_harness import limits_deployment, limits_pod
-from operator_harness import Stack, StackOf, get_json, pod_allocations
+from operator_harness import Stack, StackOf, apply_quota, get_json, pod_allocations
 
 from localplane import LocalPlane, NodeSpec
 from localplane.waiting import wait_for
@@ -32,28 +32,6 @@ def stack(stack_of: StackOf) -> Stack:
 
 def _pod(namespace: str, name: str, count: int) -> dict[str, Any]:
     return limits_pod(namespace, name, {SMALL: count}, nodeSelector={"one-request": NODE})
-
-
-def _quota(plane: LocalPlane, namespace: str, hard: dict[str, str]) -> None:
-    plane.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "vnpu", "namespace": namespace},
-            "spec": {"hard": hard},
-        }
-    )
-    wait_for(
-        "quota counted",
-        lambda: (
-            (get_json(plane, "resourcequota", "-n", namespace, "vnpu") or {})
-            .get("status", {})
-            .get("hard")
-            == hard
-        ),
-        timeout=30,
-        interval=0.3,
-    )
 
 
 def _ready(plane: LocalPlane, namespace: str, name: str) -> int:
@@ -84,7 +62,9 @@ def test_the_node_lists_each_template_it_offers(stack: Stack, plane: LocalPlane)
 def test_limits_run_through_the_annotation_path_and_quota_counts_them(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:
-    _quota(plane, namespace, {f"requests.{SMALL_RES}": "3", f"requests.{names.RES_VNPUS}": "3"})
+    apply_quota(
+        plane, namespace, {f"requests.{SMALL_RES}": "3", f"requests.{names.RES_VNPUS}": "3"}
+    )
     plane.apply(_pod(namespace, "two", 2))
     wait_for(
         "pod two running with 2 vNPUs",

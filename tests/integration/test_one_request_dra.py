@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from dra_harness import device_class, limits_pod, template_class
-from operator_harness import Stack, StackOf, get_json, pod_allocations
+from operator_harness import Stack, StackOf, apply_quota, get_json, pod_allocations
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AgentProcess
@@ -72,14 +72,7 @@ def _pod(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any]:
 def test_the_scheduler_serves_limits_on_the_dra_node_through_its_own_claim(
     dra_agent: AgentProcess, plane: LocalPlane, namespace: str
 ) -> None:
-    plane.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "vnpu", "namespace": namespace},
-            "spec": {"hard": {f"requests.{SMALL_RES}": "2"}},
-        }
-    )
+    apply_quota(plane, namespace, {f"requests.{SMALL_RES}": "2"})
     plane.apply(limits_pod(namespace, "two", {SMALL: 2}))
     bound = wait_for(
         "pod two bound",

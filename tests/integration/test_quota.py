@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_harness import Stack, StackOf, get_json, pod_allocations, pod_running, pod_waiting
+from operator_harness import (
+    Stack,
+    StackOf,
+    apply_quota,
+    get_json,
+    pod_allocations,
+    pod_running,
+    pod_waiting,
+)
 
 from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
@@ -49,23 +57,8 @@ def create(plane: LocalPlane, manifest: dict[str, Any]) -> subprocess.CompletedP
 
 
 def set_quota(plane: LocalPlane, namespace: str, **hard: int) -> None:
-    """What docs/USAGE.md's "Quota" tells admins to write: a plain ResourceQuota."""
     keys = {"aicore": AICORE, "memory_mb": MEMORY, "vnpus": VNPUS}
-    spec_hard = {f"requests.{keys[k]}": str(v) for k, v in hard.items()}
-    plane.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "vnpu", "namespace": namespace},
-            "spec": {"hard": spec_hard},
-        }
-    )
-
-    def counted() -> bool:
-        quota = get_json(plane, "resourcequota", "-n", namespace, "vnpu") or {}
-        return bool((quota.get("status") or {}).get("hard") == spec_hard)
-
-    wait_for(f"quota of {namespace} counted", counted, timeout=30, interval=0.3)
+    apply_quota(plane, namespace, {f"requests.{keys[k]}": str(v) for k, v in hard.items()})
 
 
 def used(plane: LocalPlane, namespace: str) -> dict[str, str]:
