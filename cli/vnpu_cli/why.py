@@ -86,8 +86,10 @@ def build(pod: Raw, snapshot: Snapshot) -> dict[str, Any]:
             "containers": annotations.get(names.ANN_CONTAINERS),
         },
         "path": ANNOTATION_PATH,
-        "limits": _limits(asked),
-        "routing": None if asked is None else _annotation_routing(asked, snapshot),
+        # How an annotated pod was asked cannot be told afterwards: the webhook's charge
+        # puts vnpu.io/<template> into every annotated pod's limits.
+        "limits": [],
+        "routing": None,
         "visibleDevices": annotations.get(names.ANN_VISIBLE_DEVICES),
         "condition": _condition(pod),
         "scheduling": None,
@@ -182,25 +184,6 @@ def _dra_nodes(snapshot: Snapshot, templates: list[str]) -> list[str]:
         for i in snapshot.inventories()
         if i.status.dra
         and any(t.name in wanted for chip in i.status.chips for t in i.status.chip_templates(chip))
-    )
-
-
-def _annotation_routing(asked: LimitsRequest, snapshot: Snapshot) -> str:
-    """Why the webhook wrote annotations for a request made by limits: no DRA
-    node offered the template, or the release does not serve templates as
-    extended resources. Only the first can be seen from here."""
-    templates = ", ".join(asked.templates)
-    written = (
-        f"the webhook turned it into the annotation path ({names.ANN_TEMPLATE}, "
-        f"{names.ANN_COUNT}, {names.ANN_CONTAINERS})"
-    )
-    offering = _dra_nodes(snapshot, asked.templates)
-    if not offering:
-        return f"{written}: no DRA node offers {templates}"
-    return (
-        f"{written}: DRA nodes offer {templates} now ({', '.join(offering)}), so either none "
-        "did when the pod was created or DRA does not serve templates as extended resources "
-        "in this release (chart value dra.extendedResources)"
     )
 
 

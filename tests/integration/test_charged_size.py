@@ -63,7 +63,12 @@ def test_a_node_of_another_model_joining_mid_wait_does_not_get_a_pod_charged_oth
                                   node_selector={LABEL: "late"}))  # fmt: skip
     assert made.returncode == 0, made.stderr
     p = get_json(plane, "pod", "-n", namespace, "small")
-    assert charge(p) == {names.RES_AICORE: "4", names.RES_MEMORY_MB: "4096", names.RES_VNPUS: "1"}
+    assert charge(p) == {
+        names.RES_AICORE: "4",
+        names.RES_MEMORY_MB: "4096",
+        names.RES_VNPUS: "1",
+        names.template_resource("vir04"): "1",
+    }
     pod_waiting(plane, namespace, "small")
 
     plane.add_nodes([NodeSpec(name=BIG, chips={"310P3": 1}, labels={LABEL: "late"})])

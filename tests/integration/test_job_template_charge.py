@@ -23,7 +23,13 @@ pytestmark = pytest.mark.plane
 
 NAMESPACE = "job-charge"
 TEMPLATE = "vir05_1c_16g"  # 5 AICore, 16384 MB on a 910B3
-CHARGE = {names.RES_AICORE: "5", names.RES_MEMORY_MB: "16384", names.RES_VNPUS: "1"}
+# docs/USAGE.md's "Quota with Kueue": the webhook's charge of one vir05_1c_16g.
+CHARGE = {
+    names.RES_AICORE: "5",
+    names.RES_MEMORY_MB: "16384",
+    names.RES_VNPUS: "1",
+    names.template_resource("vir05_1c_16g"): "1",
+}
 
 
 @pytest.fixture(scope="module")

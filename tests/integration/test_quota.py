@@ -84,7 +84,10 @@ def delete(plane: LocalPlane, namespace: str, *pods: str) -> None:
 def test_the_node_advertises_its_chip_totals_and_gets_them_back(
     stack: Stack, plane: LocalPlane
 ) -> None:
-    want = {AICORE: "40", MEMORY: str(2 * 64 * 1024), VNPUS: "32"}
+    # Per template too: how many of it the two empty 910B3 chips hold (4 and 2 a chip).
+    want = {AICORE: "40", MEMORY: str(2 * 64 * 1024), VNPUS: "32",
+            names.template_resource("vir05_1c_16g"): "8",
+            names.template_resource("vir10_3c_32g"): "4"}  # fmt: skip
 
     def shown() -> dict[str, dict[str, str]]:
         status = (get_json(plane, "node", NODE) or {}).get("status") or {}
@@ -236,6 +239,8 @@ def test_a_vnpu_pod_that_names_its_own_charge_gets_the_true_one(
     forged["spec"]["containers"][0]["resources"] = {"limits": {AICORE: "1", VNPUS: "1"}}
     assert create(plane, forged).returncode == 0
     limits = get_json(plane, "pod", "-n", namespace, "forged")["spec"]["containers"][0]
-    assert limits["resources"]["limits"] == {AICORE: "5", MEMORY: "16384", VNPUS: "1"}
+    assert limits["resources"]["limits"] == {
+        AICORE: "5", MEMORY: "16384", VNPUS: "1", names.template_resource(TEMPLATE): "1"
+    }  # fmt: skip
     pod_running(plane, namespace, "forged")
     delete(plane, namespace, "forged")
