@@ -533,7 +533,7 @@ def test_the_dra_admission_policies_follow_protection_and_the_device_classes(
     pods = json.dumps(rendered[f"{RELEASE}-dra-extended-resource"]["spec"])
     assert f"deviceclass.resource.kubernetes.io/{names.DRA_DEVICE_CLASS}" in pods
     mine = policies("--set-json", 'dra.extraDeviceClasses=["npu.example.com"]')
-    (refused,) = mine[f"{RELEASE}-dra-admin-access"]["spec"]["variables"]
+    refused, _classes = mine[f"{RELEASE}-dra-admin-access"]["spec"]["variables"]
     # The chart's catch-all class, the admin's, then every per-template class.
     assert '["vnpu.io","npu.example.com","vir01.vnpu.io",' in refused["expression"]
     assert '"vir05-1c-16g.vnpu.io"' in refused["expression"]
