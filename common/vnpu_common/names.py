@@ -195,7 +195,7 @@ TEMPLATE_MAX_LEN: Final = 31  # TEMPLATE_NAME_LEN 32 including the NUL.
 # (vnpu.io/vir05_1c_16g). A template name is a valid resource name as it is
 # (letters, digits, "_"), and every one starts with "vir", so none is ever
 # vnpu.io/vnpus, vnpu.io/aicore or vnpu.io/memory-mb, the charges quota counts.
-_TEMPLATE_RE: Final = re.compile(TEMPLATE_PATTERN)
+TEMPLATE_RE: Final = re.compile(TEMPLATE_PATTERN)
 
 
 def template_resource(template: str) -> str:
@@ -208,7 +208,7 @@ def template_of_resource(resource: str) -> str | None:
     if not resource.startswith(RESOURCE_PREFIX):
         return None
     template = resource[len(RESOURCE_PREFIX) :]
-    if len(template) > TEMPLATE_MAX_LEN or not _TEMPLATE_RE.match(template):
+    if len(template) > TEMPLATE_MAX_LEN or not TEMPLATE_RE.match(template):
         return None
     return template
 

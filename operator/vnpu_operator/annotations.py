@@ -18,7 +18,6 @@ from vnpu_common import names
 COUNT_MIN: Final = 1
 COUNT_MAX: Final = 8
 
-_TEMPLATE_RE: Final = re.compile(names.TEMPLATE_PATTERN)
 # ASCII digits only: `\d` would accept e.g. Arabic-Indic digits that int() parses.
 _INTEGER_RE: Final = re.compile(r"(-?)([0-9]+)")
 _CHIP_MODEL_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -112,6 +111,19 @@ def pod_containers(pod: Mapping[str, Any]) -> list[ContainerRef]:
             if isinstance(name, str):
                 refs.append(ContainerRef(list_field, index, name))
     return refs
+
+
+def resource_names(resources: object) -> set[str]:
+    """The resource names a container's (or the pod's) `resources` asks for, in
+    requests or limits; none for a malformed value."""
+    if not isinstance(resources, Mapping):
+        return set()
+    return {
+        str(key)
+        for section in ("requests", "limits")
+        if isinstance(resources.get(section), Mapping)
+        for key in resources[section]
+    }
 
 
 def parse_annotations(
@@ -222,7 +234,7 @@ def _parse_template(raw: object) -> _Parsed[str]:
             f"{key} {quote(text)} is {len(text)} characters long; "
             f"template names have at most {names.TEMPLATE_MAX_LEN}"
         )
-    if _TEMPLATE_RE.fullmatch(text) is None:
+    if names.TEMPLATE_RE.fullmatch(text) is None:
         return None, (
             f"{key} {quote(text)} is not a valid template name: expected 'vir' and two digits, "
             "optionally followed by '_'-separated lowercase letters and digits "

@@ -142,9 +142,10 @@ class Preparer:
         """`guard`: the node's allocations and vNPUs (for_node always gives
         it; without one, as in tests of the gRPC side alone, Prepare checks
         only the API objects). `boot_id`: this boot's, read from the kernel
-        unless given. `metadata_dir`: where the requests' metadata files go
-        (by default beside the checkpoint); the specs mount them from that
-        path, so it must be the same path on the host."""
+        unless given. `metadata_dir`: where the requests' metadata files go;
+        the specs mount them from that path, so it must be the same path on
+        the host (for_node gives the plugin's own directory; the default,
+        beside the checkpoint, is for tests)."""
         self.node = node
         self.reader = reader
         self.cdi_dir = cdi_dir

@@ -23,7 +23,7 @@ from vnpu_common import names
 from vnpu_common.patches import json_pointer
 from vnpu_common.quantity import quantity_value
 from vnpu_operator.admission.offered import OfferedTemplates
-from vnpu_operator.annotations import COUNT_MAX, quote
+from vnpu_operator.annotations import COUNT_MAX, pod_containers, quote, resource_names
 
 JsonPatchOp = dict[str, Any]
 
@@ -93,22 +93,19 @@ def limits_request(pod: Mapping[str, Any]) -> LimitsRequest | None:
         return None
     askers: list[Asker] = []
     problems: list[str] = []
-    for list_field in ("initContainers", "containers"):
-        items = spec.get(list_field)
-        for index, container in enumerate(items if isinstance(items, list) else []):
-            if not isinstance(container, Mapping):
-                continue
-            counts = _counts(container, list_field, index, problems)
-            if counts:
-                askers.append(
-                    Asker(
-                        list_field,
-                        index,
-                        str(container.get("name", "")),
-                        sidecar=container.get("restartPolicy") == "Always",
-                        counts=counts,
-                    )
+    for ref in pod_containers(pod):
+        container = spec[ref.field][ref.index]
+        counts = _counts(container, ref.field, ref.index, problems)
+        if counts:
+            askers.append(
+                Asker(
+                    ref.field,
+                    ref.index,
+                    ref.name,
+                    sidecar=container.get("restartPolicy") == "Always",
+                    counts=counts,
                 )
+            )
     if not askers and not problems:
         return None
     return LimitsRequest(tuple(askers), tuple(problems))
@@ -217,27 +214,15 @@ def dra_problems(pod: Mapping[str, Any], request: LimitsRequest) -> list[str]:
     count in quota what the pod does not get."""
     problems = list(request.problems)
     spec = _mapping(pod.get("spec"))
-    for list_field in ("initContainers", "containers"):
-        items = spec.get(list_field)
-        for index, container in enumerate(items if isinstance(items, list) else []):
-            resources = container.get("resources") if isinstance(container, Mapping) else None
-            if not isinstance(resources, Mapping):
-                continue
-            charged = sorted(
-                {
-                    str(k)
-                    for section in ("requests", "limits")
-                    if isinstance(resources.get(section), Mapping)
-                    for k in resources[section]
-                    if str(k) in names.EXTENDED_RESOURCES
-                }
+    for ref in pod_containers(pod):
+        resources = spec[ref.field][ref.index].get("resources")
+        charged = sorted(k for k in resource_names(resources) if k in names.EXTENDED_RESOURCES)
+        if charged:
+            problems.append(
+                f"spec.{ref.field}[{ref.index}] ({ref.name}): resources "
+                f"{', '.join(charged)} are the vnpu-operator's charges; ask for vNPUs with "
+                f"{names.RESOURCE_PREFIX}<template> alone"
             )
-            if charged:
-                problems.append(
-                    f"spec.{list_field}[{index}] ({container.get('name')}): resources "
-                    f"{', '.join(charged)} are the vnpu-operator's charges; ask for vNPUs with "
-                    f"{names.RESOURCE_PREFIX}<template> alone"
-                )
     return problems
 
 

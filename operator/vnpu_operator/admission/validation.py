@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from vnpu_common import names
 from vnpu_operator.admission.offered import OfferedTemplates
-from vnpu_operator.annotations import parse_annotations, quote, requests_vnpus
+from vnpu_operator.annotations import parse_annotations, quote, requests_vnpus, resource_names
 
 
 def validate_pod(pod: Mapping[str, Any], offered: OfferedTemplates | None) -> list[str]:
@@ -65,33 +65,23 @@ def dra_extended_resource_problems(pod: Mapping[str, Any]) -> list[str]:
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         return []
-    where = [
-        f"{kind} {container.get('name')}"
+    places = [
+        (f"{kind} {container.get('name')}", container.get("resources"))
         for kind, key in (("container", "containers"), ("init container", "initContainers"))
         for container in _mappings(spec.get(key))
-        if _names_resource(container.get("resources"))
     ]
-    if _names_resource(spec.get("resources")):
-        where.append("pod")
+    places.append(("pod", spec.get("resources")))
+    where: list[str] = []
+    named: set[str] = set()
+    for place, resources in places:
+        found = {k for k in resource_names(resources) if is_vnpu_class_resource(k)}
+        if found:
+            where.append(place)
+            named |= found
     if not where:
         return []
-    named = sorted(
-        {
-            str(k)
-            for resources in [
-                *(c.get("resources") for c in _mappings(spec.get("containers"))),
-                *(c.get("resources") for c in _mappings(spec.get("initContainers"))),
-                spec.get("resources"),
-            ]
-            if isinstance(resources, Mapping)
-            for section in ("requests", "limits")
-            if isinstance(resources.get(section), Mapping)
-            for k in resources[section]
-            if is_vnpu_class_resource(str(k))
-        }
-    )
     return [
-        f"{', '.join(where)}: resources {', '.join(named)} (a DeviceClass as an "
+        f"{', '.join(where)}: resources {', '.join(sorted(named))} (a DeviceClass as an "
         "extended resource) are not supported for vNPUs: such a request is not counted by a "
         f"quota on requests.{names.RES_VNPUS} or requests.{names.RESOURCE_PREFIX}<template>. "
         f"Ask for vNPUs with {names.RESOURCE_PREFIX}<template> in limits (e.g. "
@@ -103,15 +93,6 @@ def dra_extended_resource_problems(pod: Mapping[str, Any]) -> list[str]:
 
 def _mappings(value: Any) -> list[Mapping[str, Any]]:
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
-def _names_resource(resources: Any) -> bool:
-    if not isinstance(resources, Mapping):
-        return False
-    return any(
-        isinstance(amounts, Mapping) and any(is_vnpu_class_resource(str(k)) for k in amounts)
-        for amounts in (resources.get("requests"), resources.get("limits"))
-    )
 
 
 def _chip_model_problems(chip_model: str | None, offered: OfferedTemplates) -> list[str]:
