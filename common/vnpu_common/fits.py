@@ -1,8 +1,11 @@
-"""How many vNPUs of a template an empty chip holds: the one rule the agent's
-DRA pool (one device per instance) and the operator's node capacity for
-vnpu.io/<template> (advertise) both count with."""
+"""How many vNPUs of a template an empty chip holds, and which template is a
+chip's largest: the rules the agent's DRA pool (one device per instance, room
+beside the largest) and the operator (node capacity for vnpu.io/<template>,
+bestfit's largest templates) both go by."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from vnpu_common.api.models import ChipStatus, TemplateResources
 
@@ -26,3 +29,9 @@ def instances(chip: ChipStatus, template: TemplateResources) -> int:
         if size > 0:
             fits.append(total // size)
     return max(min(fits), 0)
+
+
+def largest(templates: Iterable[TemplateResources]) -> TemplateResources | None:
+    """The largest template: most AICore, then most memory, then the first
+    name (so every reader picks the same one)."""
+    return min(templates, key=lambda t: (-t.aicore, -t.memory_mb, t.name), default=None)

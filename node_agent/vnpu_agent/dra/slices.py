@@ -66,7 +66,7 @@ from typing import Any, Final
 
 from vnpu_common import names
 from vnpu_common.api.models import ChipStatus, TemplateResources
-from vnpu_common.fits import id_range_size, instances
+from vnpu_common.fits import id_range_size, instances, largest
 
 # resource.k8s.io/v1 limits (staging/src/k8s.io/api/resource/v1/types.go).
 MAX_COUNTER_SETS_PER_SLICE: Final = 8  # ResourceSliceMaxCounterSets
@@ -236,19 +236,12 @@ def _consumption(template: TemplateResources) -> dict[str, dict[str, str]]:
     return consumed
 
 
-def largest(chip: ChipStatus) -> TemplateResources | None:
-    """The chip's largest template: most AICore, then most memory, then the
-    first name; the rule of the operator's bestfit
-    (placement.fragmentation.largest_templates), so both paths keep room for
-    the same template."""
-    return min(chip.templates or (), key=lambda t: (-t.aicore, -t.memory_mb, t.name), default=None)
-
-
 def room(chip: ChipStatus) -> ChipStatus | None:
     """The room beside the chip's largest template, as a chip of that size:
     what the empty chip has left once it holds as many of the largest as fit.
     None when no template fits in it."""
-    big = largest(chip)
+    # The operator's bestfit keeps room for the same one (fits.largest).
+    big = largest(chip.templates or ())
     if big is None:
         return None
     n = instances(chip, big)

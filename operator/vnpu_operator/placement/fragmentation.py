@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from vnpu_common.api.models import TemplateResources
+from vnpu_common.fits import largest
 from vnpu_operator.placement.capacity import HEALTHY, ChipState, NodeState, free_id_count, offered
 from vnpu_operator.placement.model import Resources
 
@@ -27,12 +28,15 @@ from vnpu_operator.placement.model import Resources
 def largest_templates(catalog: Mapping[tuple[str, str], TemplateResources]) -> dict[str, str]:
     """Chip model -> its largest offered template: most AICore, then most
     memory, then the name (so every reader picks the same one)."""
-    best: dict[str, TemplateResources] = {}
-    for (model, _), template in sorted(catalog.items()):
-        held = best.get(model)
-        if held is None or (template.aicore, template.memory_mb) > (held.aicore, held.memory_mb):
-            best[model] = template
-    return {model: template.name for model, template in best.items()}
+    by_model: dict[str, list[TemplateResources]] = {}
+    for (model, _), template in catalog.items():
+        by_model.setdefault(model, []).append(template)
+    out: dict[str, str] = {}
+    for model, templates in by_model.items():
+        found = largest(templates)
+        if found is not None:
+            out[model] = found.name
+    return out
 
 
 def _fits(free: Resources, need: Resources) -> int:
