@@ -80,7 +80,11 @@ class LimitsRequest:
             a.counts.get(template, 0) for a in self.askers if a.field == "containers" or a.sidecar
         )
         alone = max(
-            (a.counts.get(template, 0) for a in self.askers if a.field == "initContainers"),
+            (
+                a.counts.get(template, 0)
+                for a in self.askers
+                if a.field == "initContainers" and not a.sidecar
+            ),
             default=0,
         )
         return max(running, alone)
