@@ -19,9 +19,12 @@ name=${1:?usage: hack/tools/build.sh [--print] <tool> (one of: $(grep -oE '^[a-z
 spec=$(grep -E "^$name=" "$here/versions.env" | head -1 | cut -d= -f2-) \
   || die "no tool '$name' in hack/tools/versions.env"
 [[ -n "$spec" ]] || die "no tool '$name' in hack/tools/versions.env"
+# name=pkg@version, then optional Go build tags (comma-separated) after a space.
+tags=
+if [[ "$spec" == *" "* ]]; then tags=${spec#* }; spec=${spec%% *}; fi
 pkg=${spec%@*}
 version=${spec##*@}
-bin_dir="${VNPU_CACHE:-$HOME/.cache/vnpu-operator}/tools/$name-$version"
+bin_dir="${VNPU_CACHE:-$HOME/.cache/vnpu-operator}/tools/$name-$version${tags:+-${tags//,/-}}"
 binary=$bin_dir/$name
 
 if (( print_only )); then echo "$binary"; exit 0; fi
@@ -35,7 +38,7 @@ if need "$name"; then
     log "$name $version from $pkg (a cold build takes minutes on 2 cores)"
     t=$SECONDS
     gobin=$(mktemp -d)
-    GOBIN="$gobin" run_build "$name" go install -v -trimpath -ldflags "-s -w" "$pkg@$version"
+    GOBIN="$gobin" run_build "$name" go install -v -trimpath ${tags:+-tags "$tags"} -ldflags "-s -w" "$pkg@$version"
     mv "$gobin/$(basename "$pkg")" "$binary"
     rm -rf "$gobin"
     log "$name built in $((SECONDS - t))s"
