@@ -10,7 +10,12 @@ starts every entrypoint there with `--help`, as the image's user, on a read-only
 
 Driven by hack/image/build.sh (which installs mmdebstrap and takes the cache lock):
 
-    python3 -m image.build [--print] [--no-cache]    (PYTHONPATH=hack; root to build)
+    python3 -m image.build [--print] [--no-cache] [--platform linux/arm64]
+                                                      (PYTHONPATH=hack; root to build)
+
+A foreign platform (linux/arm64 on an amd64 host, or the reverse) is built the same way:
+mmdebstrap makes that architecture's base, and every RUN and the final check run its
+binaries through qemu-user, registered by build.sh with binfmt_misc's fix-binary flag.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import sys
 import tarfile
 import time
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -104,12 +110,51 @@ def builder_salt() -> str:
     return h.hexdigest()
 
 
-def oci_arch() -> str:
+@dataclass(frozen=True)
+class Platform:
+    """An OCI platform the image is built for, with the names each tool gives it."""
+
+    name: str  # linux/<arch>, as docker buildx --platform
+    architecture: str  # OCI / Go GOARCH, and Debian's architecture name for these two
+    variant: str | None  # the OCI platform variant (arm64's is v8)
+    machine: str  # uname -m, and the ELF machine the image's binaries are for
+    qemu: str  # qemu-user's name for it (qemu-<qemu>-static, binfmt entry qemu-<qemu>)
+
+    @property
+    def oci(self) -> dict[str, str]:
+        """The platform object of an index's manifest descriptor."""
+        out = {"architecture": self.architecture, "os": "linux"}
+        if self.variant:
+            out["variant"] = self.variant
+        return out
+
+
+PLATFORMS = {
+    p.name: p
+    for p in (
+        Platform("linux/amd64", "amd64", None, "x86_64", "x86_64"),
+        Platform("linux/arm64", "arm64", "v8", "aarch64", "aarch64"),
+    )
+}
+
+
+def host_platform() -> Platform:
     machine = os.uname().machine
-    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(machine)
-    if arch is None:
-        raise BuildError(f"unsupported machine {machine} (amd64 and arm64 are)")
-    return arch
+    for platform in PLATFORMS.values():
+        if platform.machine == machine:
+            return platform
+    raise BuildError(f"unsupported machine {machine} (amd64 and arm64 are)")
+
+
+def platform_arg(text: str) -> Platform:
+    """`--platform`: linux/amd64 or linux/arm64 (linux/arm64/v8 too, as Docker accepts)."""
+    name = text.strip().lower()
+    name = name.removesuffix("/v8") if name == "linux/arm64/v8" else name
+    if name not in PLATFORMS:
+        raise argparse.ArgumentTypeError(
+            f"unsupported platform {text!r} (supported: {', '.join(PLATFORMS)})"
+        )
+    return PLATFORMS[name]
 
 
 def _sha256_file(path: Path) -> str:
@@ -144,18 +189,21 @@ class Builder:
         dockerfile: Path,
         cache: Path,
         build_args: dict[str, str] | None = None,
+        platform: Platform | None = None,
     ) -> None:
         self.context = context
+        self.platform = platform or host_platform()
         self.plan = df.plan(dockerfile.read_text(), build_args)
         ignore_file = context / ".dockerignore"
         self.ignore = df.DockerIgnore(ignore_file.read_text() if ignore_file.exists() else "")
-        self.salt = builder_salt()
+        # The platform is part of every stage's key: an arm64 root never serves an amd64 build.
+        self.salt = f"{builder_salt()}\nplatform {self.platform.name}"
         self.keys = df.stage_keys(self.plan, context, self.ignore, self.salt)
         self.cache = cache
         self.version = project_version(context)
         self.tag = f"{self.version}-{self.keys.final[self.plan.target.index][:12]}"
         self.ref = f"{REPOSITORY}:{self.tag}"
-        self.archive = cache / f"vnpu-operator-{self.tag}.oci.tar"
+        self.archive = cache / archive_name(self.tag, self.platform)
         self.log_path = cache / "build.log"
         self.work = cache / f"tmp-{os.getpid()}"
         self.roots: dict[int, Path] = {}
@@ -219,7 +267,8 @@ class Builder:
     # ------------------------------------------------------------------ stages
 
     def debian(self, ref: str, root: Path) -> None:
-        self.sh(f"mmdebstrap {ref}", private_namespace(debian_argv(ref, root)))
+        argv = debian_argv(ref, root, self.platform)
+        self.sh(f"mmdebstrap {ref} ({self.platform.name})", private_namespace(argv))
 
     def checkpoints(self, stage: df.Stage) -> dict[int, Path]:
         """Cached roots of a stage, by how many of its steps they include: the Debian base
@@ -230,9 +279,10 @@ class Builder:
         if stage.base_ref:
             # Keyed by the exact mmdebstrap command and the reference (its digest), not the
             # whole builder: editing the builder rebuilds the stages, and reuses the base.
-            argv = " ".join(debian_argv(stage.base_ref, Path("/ROOT")))
+            argv = " ".join(debian_argv(stage.base_ref, Path("/ROOT"), self.platform))
             key = hashlib.sha256(f"{argv}\n{stage.base_ref}".encode()).hexdigest()
             name = stage.base_ref.partition("@")[0].replace(":", "-").replace("/", "-")
+            name += f"-{self.platform.architecture}"
             out[0] = snapshots / f"from-{name}-{key[:16]}.tar"
         if stage.index in self.keys.before_copy:
             n, key = self.keys.before_copy[stage.index]
@@ -359,8 +409,7 @@ class Builder:
         stages = ", ".join(s.label() for s in self.plan.needed())
         config = {
             "created": now,
-            "architecture": oci_arch(),
-            "os": "linux",
+            **self.platform.oci,
             "config": self.plan.target.config.to_oci(),
             "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
             "history": [
@@ -385,7 +434,7 @@ class Builder:
                 {
                     "mediaType": "application/vnd.oci.image.manifest.v1+json",
                     **manifest_desc,
-                    "platform": {"architecture": oci_arch(), "os": "linux"},
+                    "platform": self.platform.oci,
                     "annotations": {
                         "io.containerd.image.name": self.ref,
                         "org.opencontainers.image.ref.name": self.tag,
@@ -436,7 +485,7 @@ class Builder:
                 self.pack(self.roots[self.plan.target.index], tmp)
                 log(f"archive written in {time.monotonic() - t:.0f}s")
                 t = time.monotonic()
-                verify(tmp, self.ref, self.plan.target.config, self.work / "verify")
+                verify(tmp, self.ref, self.plan.target.config, self.work / "verify", self.platform)
                 log(f"verified in {time.monotonic() - t:.0f}s")
                 tmp.rename(self.archive)
             finally:
@@ -445,7 +494,8 @@ class Builder:
                     stale.unlink()
         self.prune()
         size = self.archive.stat().st_size / 1e6
-        log(f"{self.ref} built in {time.monotonic() - t0:.0f}s ({size:.0f} MB)")
+        took = time.monotonic() - t0
+        log(f"{self.ref} ({self.platform.name}) built in {took:.0f}s ({size:.0f} MB)")
 
     def prune(self) -> None:
         """Keeps the newest archives, and only the stage snapshots this build can reuse."""
@@ -458,6 +508,27 @@ class Builder:
         for snap in (self.cache / "stages").glob("*.tar"):
             if snap not in used:
                 snap.unlink()
+
+
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+
+
+def check_emulation(platform: Platform) -> None:
+    """A foreign platform's binaries run through qemu-user, registered with binfmt_misc's
+    F flag (the kernel opens the interpreter at registration, so it works in chroots that
+    have no qemu of their own). build.sh registers it; this says what is missing."""
+    entry = BINFMT / f"qemu-{platform.qemu}"
+    if not entry.is_file():
+        raise BuildError(
+            f"building for {platform.name} on {host_platform().name} needs qemu-user: "
+            f"no binfmt_misc entry {entry} (hack/image/build.sh registers it as root)"
+        )
+    fields = dict(line.split(None, 1) for line in entry.read_text().splitlines() if " " in line)
+    if entry.read_text().splitlines()[0] != "enabled" or "F" not in fields.get("flags:", ""):
+        raise BuildError(
+            f"{entry} must be enabled with the F (fix-binary) flag to run inside chroots:\n"
+            + entry.read_text()
+        )
 
 
 def created() -> dt.datetime:
@@ -479,8 +550,17 @@ def build_arg(text: str) -> tuple[str, str]:
     return name, value
 
 
-def debian_argv(ref: str, root: Path) -> list[str]:
-    """mmdebstrap making `debian:<suite>[-slim]` from Debian's packages into root."""
+def archive_name(tag: str, platform: Platform) -> str:
+    """The host's amd64 archive keeps the name the real-node lane has always read;
+    another platform's says which it is."""
+    if platform.name == "linux/amd64":
+        return f"vnpu-operator-{tag}.oci.tar"
+    return f"vnpu-operator-{tag}-{platform.architecture}.oci.tar"
+
+
+def debian_argv(ref: str, root: Path, platform: Platform | None = None) -> list[str]:
+    """mmdebstrap making `debian:<suite>[-slim]` from Debian's packages into root, for the
+    platform's architecture (a foreign one runs its maintainer scripts under qemu-user)."""
     match = df.DEBIAN_REF.fullmatch(ref)
     assert match
     suite = match.group("suite")
@@ -492,6 +572,10 @@ def debian_argv(ref: str, root: Path) -> list[str]:
     if suite not in ("sid", "unstable"):
         sources += [f"deb {mirror} {suite}-updates main", f"deb {security} {suite}-security main"]
     argv = ["mmdebstrap", "--mode=root", "--variant=minbase", f"--hook-dir={MERGED_USR_HOOKS}"]
+    if platform is not None and platform != host_platform():
+        # Named only for a foreign one: the host's base keeps the command (and cache key)
+        # it always had.
+        argv.append(f"--architectures={platform.architecture}")
     if match.group("slim"):
         argv += [f"--dpkgopt={opt}" for opt in SLIM_DPKG_OPTIONS]
     # The host's name and resolver stay out of the image (a runtime provides both).
@@ -597,13 +681,64 @@ def resolve_in_root(root: Path, path: str) -> Path:
     return root.joinpath(*resolved)
 
 
+def follow_in_root(root: Path, path: str) -> Path:
+    """`path` with every symbolic link followed, the last one too, inside root."""
+    for _ in range(40):
+        resolved = resolve_in_root(root, path)
+        if not resolved.is_symlink():
+            return resolved
+        target = os.readlink(resolved)
+        inside = "/" + resolved.relative_to(root).as_posix()
+        path = target if target.startswith("/") else f"{os.path.dirname(inside)}/{target}"
+    raise BuildError(f"too many symbolic links resolving {path}")
+
+
+def executable_in_root(root: Path, program: str, path: str) -> Path:
+    """The ELF file that `program`, looked up in the image's PATH, makes the kernel run:
+    links followed, and a script's `#!` interpreter in its place (a console script)."""
+    dirs = [""] if "/" in program else path.split(":")
+    candidates = (follow_in_root(root, f"{d}/{program}") for d in dirs)
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise BuildError(f"{program} is not in the image's PATH {path}")
+    for _ in range(4):
+        with found.open("rb") as f:
+            head = f.readline(256)
+        if not head.startswith(b"#!"):
+            return found
+        interpreter = head[2:].split()[0].decode()
+        found = follow_in_root(root, interpreter)
+    raise BuildError(f"{program}: too many #! interpreters")
+
+
 # ---------------------------------------------------------------------- verification
 
 
-def verify(archive: Path, ref: str, expected: df.Config, work: Path) -> None:
-    """Checks an archive without a container runtime: layout, digests, the config the
-    Dockerfile declares, then every entrypoint started with --help from the unpacked layers,
-    as the image's user, with its environment, on a read-only root."""
+ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64"}  # e_machine: EM_X86_64, EM_AARCH64
+
+
+def elf_machine(path: Path) -> str:
+    """The machine an ELF executable is built for, read from its header (e_machine)."""
+    with path.open("rb") as f:
+        header = f.read(20)
+    if len(header) < 20 or header[:4] != b"\x7fELF":
+        raise BuildError(f"{path} is not an ELF file")
+    number = int.from_bytes(header[18:20], "little" if header[5] == 1 else "big")
+    return ELF_MACHINES.get(number, f"e_machine {number:#x}")
+
+
+def verify(
+    archive: Path,
+    ref: str,
+    expected: df.Config,
+    work: Path,
+    platform: Platform | None = None,
+) -> None:
+    """Checks an archive without a container runtime: layout, digests, the platform, the
+    config the Dockerfile declares, then every entrypoint started with --help from the
+    unpacked layers, as the image's user, with its environment, on a read-only root (under
+    qemu-user for a foreign platform)."""
+    platform = platform or host_platform()
     work.mkdir(parents=True)
     layout = work / "layout"
     with tarfile.open(archive) as tar:
@@ -626,8 +761,13 @@ def verify(archive: Path, ref: str, expected: df.Config, work: Path) -> None:
     name = desc.get("annotations", {}).get("io.containerd.image.name")
     if name != ref:
         raise BuildError(f"index.json names {name!r}, expected {ref!r}")
+    if desc.get("platform") != platform.oci:
+        raise BuildError(f"index.json's platform is {desc.get('platform')}, not {platform.oci}")
     manifest = json.loads(blob(desc).read_text())
     image = json.loads(blob(manifest["config"]).read_text())
+    got = {k: image.get(k) for k in platform.oci}
+    if got != platform.oci or ("variant" in image and "variant" not in platform.oci):
+        raise BuildError(f"the config's platform is {got}, not {platform.oci}")
     config = image["config"]
     if config != expected.to_oci():
         raise BuildError(
@@ -665,6 +805,15 @@ def verify(archive: Path, ref: str, expected: df.Config, work: Path) -> None:
     commands = [default] + [
         [e] for e in config.get("Labels", {}).get("io.vnpu.entrypoints", "").split()
     ]
+    # What the entrypoints execute must be the platform's: a build that ran the host's
+    # binaries would pass --help as well.
+    path = env.get("PATH", df.DEBIAN_CONFIG_ENV["PATH"])
+    for program in sorted({argv[0] for argv in commands} | {"sh"}):
+        binary = executable_in_root(root, program, path)
+        machine = elf_machine(binary)
+        if machine != platform.machine:
+            raise BuildError(f"{program} runs {binary.relative_to(root)}, an {machine} binary")
+        log(f"verified: {program} runs /{binary.relative_to(root)}, an {machine} ELF binary")
     seen: list[list[str]] = []
     runner = Verifier(root, env, workdir, user)
     for argv in commands:
@@ -713,6 +862,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-cache", action="store_true", help="rebuild every stage, base included"
     )
+    parser.add_argument(
+        "--platform",
+        type=platform_arg,
+        default=None,
+        metavar="linux/amd64|linux/arm64",
+        help="the image's platform (default: the host's); a foreign one runs under qemu-user",
+    )
+    parser.add_argument(
+        "--emulator",
+        action="store_true",
+        help="print the binfmt_misc entry the platform needs (nothing when native), build nothing",
+    )
     parser.add_argument("--dockerfile", type=Path, default=DEFAULT_DOCKERFILE)
     parser.add_argument("--context", type=Path, default=ROOT)
     parser.add_argument(
@@ -725,8 +886,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        if args.emulator:
+            platform = args.platform or host_platform()
+            print("" if platform == host_platform() else f"qemu-{platform.qemu}")
+            return 0
         cache = cache_dir()
-        builder = Builder(args.context, args.dockerfile, cache, dict(args.build_arg))
+        builder = Builder(args.context, args.dockerfile, cache, dict(args.build_arg), args.platform)
         if args.print:
             print(builder.archive)
             return 0
@@ -739,7 +904,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_cache:
             remove_tree(cache / "stages")
         cache.mkdir(parents=True, exist_ok=True)
-        log(f"building {builder.ref} from {args.dockerfile} (log: {builder.log_path})")
+        if builder.platform != host_platform():
+            check_emulation(builder.platform)
+        log(
+            f"building {builder.ref} for {builder.platform.name} from {args.dockerfile} "
+            f"(log: {builder.log_path})"
+        )
         builder.build()
         print(builder.archive)
         return 0

@@ -16,6 +16,9 @@
 #   hack/image/build.sh              build what is missing (root), print the archive path
 #   hack/image/build.sh --print      print the archive path this tree gives, build nothing
 #   hack/image/build.sh --no-cache   rebuild every stage, base included (fresh packages)
+#   hack/image/build.sh --platform linux/arm64   for Kunpeng hosts, from an amd64 one: the
+#     arm64 base from Debian's packages, RUN and the check under qemu-user (the Debian
+#     packages qemu-user-static and binfmt-support, installed if missing)
 #   hack/image/build.sh --build-arg REVISION=$(git rev-parse HEAD) \
 #     --build-arg CREATED=$(git log -1 --format=%cI)   a release's labels, as docker build's
 #   SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) ...  the config's `created` (else now)
@@ -63,6 +66,36 @@ if ! command -v mmdebstrap >/dev/null 2>&1; then
 fi
 [[ -d /usr/share/mmdebstrap/hooks/merged-usr ]] \
   || die "this mmdebstrap has no merged-usr hook (/usr/share/mmdebstrap/hooks/merged-usr): mmdebstrap >= 1.0 is needed"
+
+# A foreign platform: its binaries run through qemu-user, registered in binfmt_misc with the
+# F (fix-binary) flag, so the kernel holds the interpreter open and the chroots need none.
+emulator=$(build --emulator "$@")
+if [[ -n $emulator ]]; then
+  if ! command -v update-binfmts >/dev/null 2>&1 || [[ ! -f /usr/share/binfmts/$emulator ]]; then
+    command -v apt-get >/dev/null 2>&1 \
+      || die "building for another architecture needs qemu-user-static and binfmt-support (Debian packages) and this host has no apt-get: install them, register $emulator with the F flag, and run again"
+    log "installing qemu-user-static and binfmt-support (Debian packages): they run the foreign architecture's binaries"
+    export DEBIAN_FRONTEND=noninteractive
+    pkgs=(qemu-user-static binfmt-support)
+    if ! apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >&2; then
+      apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >&2 \
+        || die "apt-get install ${pkgs[*]} failed (see above)"
+    fi
+  fi
+  if [[ ! -f /proc/sys/fs/binfmt_misc/register ]]; then
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc \
+      || die "cannot mount binfmt_misc at /proc/sys/fs/binfmt_misc (a container needs it from its host)"
+  fi
+  # qemu-user-static's entry says fix_binary yes: that is the F flag.
+  grep -q '^fix_binary yes' "/usr/share/binfmts/$emulator" \
+    || die "/usr/share/binfmts/$emulator does not set fix_binary: this qemu-user-static cannot run inside chroots"
+  if [[ ! -f /proc/sys/fs/binfmt_misc/$emulator ]]; then
+    update-binfmts --import "$emulator" >&2 || die "update-binfmts --import $emulator failed"
+  fi
+  update-binfmts --enable "$emulator" >&2 2>/dev/null || true
+  grep -qx enabled "/proc/sys/fs/binfmt_misc/$emulator" \
+    || die "binfmt_misc entry $emulator is not enabled (update-binfmts --enable $emulator)"
+fi
 
 # One build at a time per cache: a second waits and then finds the first one's archive.
 cache=$("$python" -c 'from image.build import cache_dir; print(cache_dir())')

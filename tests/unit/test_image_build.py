@@ -5,6 +5,8 @@ cache keys that change exactly when the image would."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -288,3 +290,94 @@ def test_created_follows_source_date_epoch(monkeypatch: pytest.MonkeyPatch) -> N
         build.created()
     monkeypatch.delenv("SOURCE_DATE_EPOCH")
     assert abs(build.created().timestamp() - time.time()) < 5
+
+
+def _pyproject(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text('[project]\nversion = "1.0"\n')
+    (tmp_path / "Dockerfile").write_text(BASE + "RUN true\n")
+    return tmp_path
+
+
+def test_platform_flag_names_the_two_platforms() -> None:
+    assert build.platform_arg("linux/arm64") is build.PLATFORMS["linux/arm64"]
+    assert build.platform_arg("linux/arm64/v8") is build.PLATFORMS["linux/arm64"]
+    assert build.platform_arg("linux/amd64").oci == {"architecture": "amd64", "os": "linux"}
+    assert build.PLATFORMS["linux/arm64"].oci == {
+        "architecture": "arm64",
+        "os": "linux",
+        "variant": "v8",
+    }
+    for bad in ("linux/386", "arm64", "windows/amd64"):
+        with pytest.raises(argparse.ArgumentTypeError, match="unsupported platform"):
+            build.platform_arg(bad)
+
+
+def test_platform_keys_the_cache_and_names_the_archive(tmp_path: Path) -> None:
+    """An arm64 build never reuses an amd64 stage or archive; the amd64 archive keeps the
+    name the real-node lane reads, the arm64 one says arm64."""
+    context = _pyproject(tmp_path)
+    cache = tmp_path / "cache"
+
+    def builder(name: str) -> build.Builder:
+        return build.Builder(context, context / "Dockerfile", cache, platform=build.PLATFORMS[name])
+
+    amd64, arm64 = builder("linux/amd64"), builder("linux/arm64")
+    assert amd64.keys.final != arm64.keys.final
+    assert amd64.tag != arm64.tag
+    assert amd64.archive.name == f"vnpu-operator-{amd64.tag}.oci.tar"
+    assert arm64.archive.name == f"vnpu-operator-{arm64.tag}-arm64.oci.tar"
+    base_amd64 = amd64.checkpoints(amd64.plan.target)[0]
+    base_arm64 = arm64.checkpoints(arm64.plan.target)[0]
+    assert base_amd64 != base_arm64
+    assert base_arm64.name.startswith("from-debian-bookworm-slim-arm64-")
+
+
+def test_a_foreign_base_is_made_for_its_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "host_platform", lambda: build.PLATFORMS["linux/amd64"])
+    arm64 = build.debian_argv("debian:bookworm-slim", Path("/r"), build.PLATFORMS["linux/arm64"])
+    assert "--architectures=arm64" in arm64
+    native = build.debian_argv("debian:bookworm-slim", Path("/r"), build.PLATFORMS["linux/amd64"])
+    # The host's base keeps the command it always had, and so its cached snapshot.
+    assert native == build.debian_argv("debian:bookworm-slim", Path("/r"))
+    assert not any(a.startswith("--architectures") for a in native)
+
+
+def test_elf_machine_reads_the_header(tmp_path: Path) -> None:
+    def elf(machine: int) -> Path:
+        path = tmp_path / f"elf-{machine:x}"
+        header = b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little")
+        path.write_bytes(header + machine.to_bytes(2, "little") + bytes(44))
+        return path
+
+    assert build.elf_machine(elf(0xB7)) == "aarch64"
+    assert build.elf_machine(elf(0x3E)) == "x86_64"
+    assert build.elf_machine(elf(0x28)) == "e_machine 0x28"
+    (tmp_path / "script").write_text("#!/bin/sh\n")
+    with pytest.raises(build.BuildError, match="not an ELF file"):
+        build.elf_machine(tmp_path / "script")
+    # The host's own interpreter: the reader agrees with uname.
+    assert build.elf_machine(Path(sys.executable).resolve()) == os.uname().machine
+
+
+def test_follow_in_root_follows_the_last_link_inside_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "usr" / "bin" / "python3.11").write_text("")
+    (root / "usr" / "bin" / "python3").symlink_to("python3.11")
+    (root / "venv" / "bin").mkdir(parents=True)
+    (root / "venv" / "bin" / "python").symlink_to("/usr/bin/python3")  # absolute: in root
+    assert build.follow_in_root(root, "/venv/bin/python") == root / "usr" / "bin" / "python3.11"
+
+
+def test_executable_in_root_finds_what_a_console_script_runs(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "usr" / "bin" / "python3.11").write_bytes(b"\x7fELF")
+    (root / "env" / "bin").mkdir(parents=True)
+    (root / "env" / "bin" / "python").symlink_to("/usr/bin/python3.11")
+    (root / "env" / "bin" / "tool").write_text("#!/env/bin/python\nimport tool\n")
+    path = "/env/bin:/usr/bin"
+    assert build.executable_in_root(root, "tool", path) == root / "usr" / "bin" / "python3.11"
+    assert build.executable_in_root(root, "python3.11", path) == root / "usr/bin/python3.11"
+    with pytest.raises(build.BuildError, match="not in the image's PATH"):
+        build.executable_in_root(root, "missing", path)
