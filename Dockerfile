@@ -18,7 +18,7 @@ ARG PYTHON=python3.11
 # debian:bookworm-slim as published in late September 2026. The daemonless build makes
 # the same suite from Debian's packages and takes the digest only as part of its cache key.
 ARG BASE=debian:bookworm-slim@sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 ARG REVISION=
 ARG CREATED=
 

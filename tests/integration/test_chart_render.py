@@ -14,6 +14,7 @@ import yaml
 from chart_harness import CHART, NAMESPACE, RELEASE, SIM_VALUES, helm, render, template
 
 from localplane import LocalPlane
+from release.version import project_version
 from vnpu_common import names
 
 pytestmark = pytest.mark.plane
@@ -746,7 +747,7 @@ def test_image_digest_pins_the_image(plane: LocalPlane) -> None:
         assert len(pods) == 4
         return {c["image"] for p in pods for c in p["containers"]}
 
-    assert images() == {"vnpu-operator:0.1.0"}
+    assert images() == {f"vnpu-operator:{project_version(ROOT)}"}
     assert images("--set", f"image.digest={digest}") == {f"vnpu-operator@{digest}"}
     assert images("--set", f"image.digest={digest}", "--set", "image.tag=v1") == {
         f"vnpu-operator:v1@{digest}"
