@@ -18,7 +18,7 @@
 #   hack/image/build.sh --no-cache   rebuild every stage, base included (fresh packages)
 #   hack/image/build.sh --platform linux/arm64   for Kunpeng hosts, from an amd64 one: the
 #     arm64 base from Debian's packages, RUN and the check under qemu-user (the Debian
-#     packages qemu-user-static and binfmt-support, installed if missing)
+#     packages qemu-user-static, binfmt-support and arch-test, installed if missing)
 #   hack/image/build.sh --build-arg REVISION=$(git rev-parse HEAD) \
 #     --build-arg CREATED=$(git log -1 --format=%cI)   a release's labels, as docker build's
 #   SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) ...  the config's `created` (else now)
@@ -71,12 +71,13 @@ fi
 # F (fix-binary) flag, so the kernel holds the interpreter open and the chroots need none.
 emulator=$(build --emulator "$@")
 if [[ -n $emulator ]]; then
-  if ! command -v update-binfmts >/dev/null 2>&1 || [[ ! -f /usr/share/binfmts/$emulator ]]; then
+  if ! command -v update-binfmts >/dev/null 2>&1 || ! command -v arch-test >/dev/null 2>&1 \
+    || [[ ! -f /usr/share/binfmts/$emulator ]]; then
     command -v apt-get >/dev/null 2>&1 \
-      || die "building for another architecture needs qemu-user-static and binfmt-support (Debian packages) and this host has no apt-get: install them, register $emulator with the F flag, and run again"
-    log "installing qemu-user-static and binfmt-support (Debian packages): they run the foreign architecture's binaries"
+      || die "building for another architecture needs qemu-user-static, binfmt-support and arch-test (Debian packages) and this host has no apt-get: install them, register $emulator with the F flag, and run again"
+    log "installing qemu-user-static, binfmt-support and arch-test (Debian packages): they run the foreign architecture's binaries, and mmdebstrap checks that they do"
     export DEBIAN_FRONTEND=noninteractive
-    pkgs=(qemu-user-static binfmt-support)
+    pkgs=(qemu-user-static binfmt-support arch-test)
     if ! apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >&2; then
       apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >&2 \
         || die "apt-get install ${pkgs[*]} failed (see above)"

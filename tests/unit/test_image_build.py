@@ -5,8 +5,10 @@ cache keys that change exactly when the image would."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -381,3 +383,92 @@ def test_executable_in_root_finds_what_a_console_script_runs(tmp_path: Path) -> 
     assert build.executable_in_root(root, "python3.11", path) == root / "usr/bin/python3.11"
     with pytest.raises(build.BuildError, match="not in the image's PATH"):
         build.executable_in_root(root, "missing", path)
+
+
+def _fake_elf(path: Path, machine: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little")
+    path.write_bytes(header + machine.to_bytes(2, "little") + bytes(44))
+    path.chmod(0o755)
+
+
+def _packed(
+    tmp_path: Path, platform: str, machine: int, sh_machine: int = 0xB7
+) -> tuple[build.Builder, Path]:
+    """A tiny image packed for `platform` whose python and sh are ELF headers for the
+    given machines."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nversion = "1.0"\n')
+    (tmp_path / "Dockerfile").write_text(
+        BASE + 'ENV PATH=/env/bin:/usr/bin\nLABEL io.vnpu.entrypoints="tool"\n'
+        'USER 10001:10001\nCMD ["tool"]\n'
+    )
+    builder = build.Builder(
+        tmp_path, tmp_path / "Dockerfile", tmp_path / "cache", platform=build.PLATFORMS[platform]
+    )
+    root = tmp_path / "root"
+    _fake_elf(root / "usr" / "bin" / "python3", machine)
+    _fake_elf(root / "usr" / "bin" / "dash", sh_machine)
+    (root / "bin").symlink_to("usr/bin")
+    (root / "usr" / "bin" / "sh").symlink_to("dash")
+    (root / "env" / "bin").mkdir(parents=True)
+    (root / "env" / "bin" / "tool").write_text("#!/usr/bin/python3\n")
+    builder.work = tmp_path / "work"
+    builder.work.mkdir()
+    archive = tmp_path / "image.oci.tar"
+    builder.pack(root, archive)
+    return builder, archive
+
+
+def test_an_arm64_archive_says_arm64_and_the_check_reads_it(tmp_path: Path) -> None:
+    builder, archive = _packed(tmp_path, "linux/arm64", 0xB7)
+    with tarfile.open(archive) as tar:
+        index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
+        (desc,) = index["manifests"]
+        manifest = json.load(tar.extractfile(f"blobs/sha256/{desc['digest'][7:]}"))  # type: ignore[arg-type]
+        config = json.load(
+            tar.extractfile(f"blobs/sha256/{manifest['config']['digest'][7:]}")  # type: ignore[arg-type]
+        )
+    assert desc["platform"] == {"architecture": "arm64", "os": "linux", "variant": "v8"}
+    assert (config["architecture"], config["os"], config["variant"]) == ("arm64", "linux", "v8")
+    # The same archive checked as amd64 is refused before anything runs.
+    with pytest.raises(build.BuildError, match="platform is"):
+        build.verify(
+            archive,
+            builder.ref,
+            builder.plan.target.config,
+            tmp_path / "verify",
+            build.PLATFORMS["linux/amd64"],
+        )
+
+
+def test_the_check_refuses_host_binaries_in_a_foreign_image(tmp_path: Path) -> None:
+    """An arm64 image whose interpreter is x86_64 (a build that ran the host's binaries)
+    fails on the ELF header, before any entrypoint would start, even when its sh is right."""
+    builder, archive = _packed(tmp_path, "linux/arm64", 0x3E)
+    with pytest.raises(build.BuildError, match="tool runs usr/bin/python3, an x86_64 binary"):
+        build.verify(
+            archive,
+            builder.ref,
+            builder.plan.target.config,
+            tmp_path / "verify",
+            build.PLATFORMS["linux/arm64"],
+        )
+
+
+def test_emulation_needs_an_enabled_fix_binary_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(build, "BINFMT", tmp_path)
+    arm64 = build.PLATFORMS["linux/arm64"]
+    with pytest.raises(build.BuildError, match="no binfmt_misc entry"):
+        build.check_emulation(arm64)
+    entry = tmp_path / "qemu-aarch64"
+    fields = "interpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: {}\noffset 0\n"
+    entry.write_text("enabled\n" + fields.format("P"))
+    with pytest.raises(build.BuildError, match="F \\(fix-binary\\)"):
+        build.check_emulation(arm64)
+    entry.write_text("disabled\n" + fields.format("PF"))
+    with pytest.raises(build.BuildError, match="must be enabled"):
+        build.check_emulation(arm64)
+    entry.write_text("enabled\n" + fields.format("PF"))
+    build.check_emulation(arm64)  # what qemu-user-static's binfmt-support entry gives
