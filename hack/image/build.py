@@ -204,6 +204,9 @@ class Builder:
         self.tag = f"{self.version}-{self.keys.final[self.plan.target.index][:12]}"
         self.ref = f"{REPOSITORY}:{self.tag}"
         self.archive = cache / archive_name(self.tag, self.platform)
+        # Each platform's stage roots apart: an arm64 build neither reuses nor prunes the
+        # amd64 ones (alternating builds, as a release makes, keep both caches warm).
+        self.snapshots = cache / "stages" / self.platform.architecture
         self.log_path = cache / "build.log"
         self.work = cache / f"tmp-{os.getpid()}"
         self.roots: dict[int, Path] = {}
@@ -275,7 +278,7 @@ class Builder:
         after FROM, the root before the first COPY (a source change leaves it valid), and
         the whole stage when later stages start FROM it."""
         out: dict[int, Path] = {}
-        snapshots = self.cache / "stages"
+        snapshots = self.snapshots
         if stage.base_ref:
             # Keyed by the exact mmdebstrap command and the reference (its digest), not the
             # whole builder: editing the builder rebuilds the stages, and reuses the base.
@@ -498,16 +501,25 @@ class Builder:
         log(f"{self.ref} ({self.platform.name}) built in {took:.0f}s ({size:.0f} MB)")
 
     def prune(self) -> None:
-        """Keeps the newest archives, and only the stage snapshots this build can reuse."""
+        """Keeps this platform's newest archives, and only the stage snapshots of this
+        platform that this build can reuse; other platforms' are left alone."""
         archives = sorted(
-            self.cache.glob("vnpu-operator-*.oci.tar"), key=lambda p: p.stat().st_mtime
+            (
+                p
+                for p in self.cache.glob("vnpu-operator-*.oci.tar")
+                if archive_platform(p.name) == self.platform
+            ),
+            key=lambda p: p.stat().st_mtime,
         )
         for old in archives[:-KEEP_ARCHIVES]:
             old.unlink()
         used = {path for stage in self.plan.needed() for path in self.checkpoints(stage).values()}
-        for snap in (self.cache / "stages").glob("*.tar"):
+        for snap in self.snapshots.glob("*.tar"):
             if snap not in used:
                 snap.unlink()
+        # Snapshots from before they were kept by platform.
+        for snap in (self.cache / "stages").glob("*.tar"):
+            snap.unlink()
 
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
@@ -556,6 +568,14 @@ def archive_name(tag: str, platform: Platform) -> str:
     if platform.name == "linux/amd64":
         return f"vnpu-operator-{tag}.oci.tar"
     return f"vnpu-operator-{tag}-{platform.architecture}.oci.tar"
+
+
+def archive_platform(name: str) -> Platform:
+    """The platform archive_name() wrote into an archive's name."""
+    for platform in PLATFORMS.values():
+        if platform.name != "linux/amd64" and name.endswith(f"-{platform.architecture}.oci.tar"):
+            return platform
+    return PLATFORMS["linux/amd64"]
 
 
 def debian_argv(ref: str, root: Path, platform: Platform | None = None) -> list[str]:
@@ -902,7 +922,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.geteuid() != 0:
             raise BuildError("building the image needs root (mmdebstrap, chroot, mount)")
         if args.no_cache:
-            remove_tree(cache / "stages")
+            remove_tree(builder.snapshots)
         cache.mkdir(parents=True, exist_ok=True)
         if builder.platform != host_platform():
             check_emulation(builder.platform)

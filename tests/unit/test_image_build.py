@@ -472,3 +472,33 @@ def test_emulation_needs_an_enabled_fix_binary_entry(
         build.check_emulation(arm64)
     entry.write_text("enabled\n" + fields.format("PF"))
     build.check_emulation(arm64)  # what qemu-user-static's binfmt-support entry gives
+
+
+def test_a_build_prunes_only_its_own_platform(tmp_path: Path) -> None:
+    """A release builds amd64 then arm64: neither may delete the other's archive or roots."""
+    context = _pyproject(tmp_path)
+    cache = tmp_path / "cache"
+    amd64, arm64 = (
+        build.Builder(context, context / "Dockerfile", cache, platform=build.PLATFORMS[name])
+        for name in ("linux/amd64", "linux/arm64")
+    )
+    assert amd64.snapshots != arm64.snapshots
+    kept: list[Path] = []
+    for builder in (amd64, arm64):
+        for path in [builder.archive, *builder.checkpoints(builder.plan.target).values()]:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"")
+            kept.append(path)
+    old_arm64 = [cache / f"vnpu-operator-1.0-{n:012x}-arm64.oci.tar" for n in range(3)]
+    for n, path in enumerate(old_arm64):
+        path.write_bytes(b"")
+        os.utime(path, (n + 1, n + 1))  # older than the current one
+    os.utime(amd64.archive, (0, 0))  # the oldest of all: only arm64's count for arm64
+    stale_root = arm64.snapshots / "build-0123456789abcdef.tar"
+    stale_root.write_bytes(b"")
+    arm64.prune()
+    assert all(path.exists() for path in kept)
+    assert [p.exists() for p in old_arm64] == [False, True, True]  # three arm64 kept
+    assert not stale_root.exists()
+    assert build.archive_platform(arm64.archive.name) is build.PLATFORMS["linux/arm64"]
+    assert build.archive_platform(amd64.archive.name) is build.PLATFORMS["linux/amd64"]
