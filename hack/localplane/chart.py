@@ -66,7 +66,7 @@ def adopt_crds(plane: LocalPlane, namespace: str, release: str = RELEASE) -> Non
 def real_node_values(
     plane: LocalPlane,
     node: RealNode,
-    image: ProductImage,
+    image: ProductImage | None,
     *,
     runtime_class: str,
     chips: str,
@@ -75,9 +75,9 @@ def real_node_values(
 ) -> dict[str, Any]:
     """Chart values for the real node: the imported image, the operator and a sim
     agent on that node only, device nodes where the Ascend runtime stand-in looks,
-    and the API server at the bridge's gateway (there is no kube-proxy)."""
-    return {
-        "image": {"repository": image.repository, "tag": image.tag, "pullPolicy": "Never"},
+    and the API server at the bridge's gateway (there is no kube-proxy). With no `image`,
+    the chart's own image values stand (a release's chart package pins its image)."""
+    values: dict[str, Any] = {
         "apiServer": {"host": POD_GATEWAY, "port": plane.ports.apiserver},
         "runtimeClassName": runtime_class,
         "runtimeClass": {"create": True, "handler": ASCEND_HANDLER},
@@ -91,3 +91,6 @@ def real_node_values(
             "hostPaths": {"state": str(state_dir), "cdi": str(cdi_dir)},
         },
     }
+    if image is not None:
+        values["image"] = {"repository": image.repository, "tag": image.tag, "pullPolicy": "Never"}
+    return values

@@ -76,13 +76,14 @@ def write_archive(
     entrypoint: Sequence[str] = (),
     cmd: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    arch: str | None = None,
 ) -> str:
     """Writes an OCI image-layout tar for image `name` (`repo:tag`; containerd
     takes the name from the `io.containerd.image.name` annotation) to `out` and
-    returns the manifest digest."""
+    returns the manifest digest. `arch`: the config's architecture (this machine's)."""
     layer_tar = layer.tar()
     layer_digest = _digest(layer_tar)
-    arch = goarch()
+    arch = arch or goarch()
     config: dict[str, Any] = {
         "architecture": arch,
         "os": "linux",
