@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import ssl
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
+
+from vnpu_common.metrics_auth import TokenCheck, api_review, self_signed_context
+from vnpu_common.settings import ComponentSettings
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _guarded(handler: Handler, auth: TokenCheck) -> Handler:
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        verdict = await auth.check(request.headers.get("Authorization"))
+        if not verdict.allowed:
+            headers = {"WWW-Authenticate": "Bearer"} if verdict.status == 401 else None
+            return web.Response(status=verdict.status, text=verdict.reason, headers=headers)
+        return await handler(request)
+
+    return guarded
 
 
 async def serve_http(
@@ -15,12 +33,22 @@ async def serve_http(
     registry: CollectorRegistry,
     ready: Callable[[], bool],
     not_ready: str | Callable[[], str],
+    *,
+    probe_port: int = 0,
+    tls: ssl.SSLContext | None = None,
+    auth: TokenCheck | None = None,
 ) -> web.AppRunner:
     """/metrics, /healthz (the process answers) and /readyz (503 with
     `not_ready` until `ready()`). /metrics is the client library's own
     handler: the OpenMetrics format to a scraper that asks for it (Prometheus
     does), the text format otherwise, gzip when the request accepts it, and
-    `name[]` to ask for some metrics only."""
+    `name[]` to ask for some metrics only.
+
+    With `auth`, /metrics answers only a bearer token the API server lets get
+    /metrics (metrics_auth.py), over `tls`. With `probe_port`, /healthz and
+    /readyz are also served in plain HTTP on every address at that port: the
+    kubelet probes the pod's IP, which a /metrics port on localhost (for a
+    proxy sidecar) or behind a token does not answer the way a probe wants."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -32,13 +60,53 @@ async def serve_http(
             status=503, text=not_ready if isinstance(not_ready, str) else not_ready()
         )
 
+    metrics: Handler = make_aiohttp_handler(registry)
     app = web.Application()
-    app.router.add_get("/metrics", make_aiohttp_handler(registry))
+    app.router.add_get("/metrics", metrics if auth is None else _guarded(metrics, auth))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    probe_runner: web.AppRunner | None = None
+    if probe_port:
+        probes = web.Application()
+        probes.router.add_get("/healthz", healthz)
+        probes.router.add_get("/readyz", readyz)
+        probe_runner = web.AppRunner(probes, access_log=None, shutdown_timeout=2.0)
+
+        async def cleanup(_: web.Application) -> None:
+            await probes_runner.cleanup()
+
+        probes_runner = probe_runner
+        # One runner for the caller to clean up: the probes' goes with it.
+        app.on_cleanup.append(cleanup)
     # Probes and scrapes answer at once; a shutdown never waits a minute
     # (aiohttp's default) for one stuck client.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    await web.TCPSite(runner, host, port, ssl_context=tls).start()
+    if probe_runner is not None:
+        await probe_runner.setup()
+        await web.TCPSite(probe_runner, "0.0.0.0", probe_port).start()
     return runner
+
+
+async def serve_component(
+    component: str,
+    settings: ComponentSettings,
+    api_client: client.ApiClient,
+    registry: CollectorRegistry,
+    ready: Callable[[], bool],
+    not_ready: str | Callable[[], str],
+) -> web.AppRunner:
+    """serve_http as a component's settings say: its address and port, the probe
+    port, and with metrics_auth=kubernetes a token check over TLS."""
+    secured = settings.metrics_auth == "kubernetes"
+    return await serve_http(
+        settings.metrics_host,
+        settings.metrics_port,
+        registry,
+        ready,
+        not_ready,
+        probe_port=settings.probe_port,
+        tls=self_signed_context(component) if secured else None,
+        auth=TokenCheck(api_review(api_client)) if secured else None,
+    )

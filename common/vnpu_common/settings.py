@@ -12,7 +12,7 @@ re-lists).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,6 +38,23 @@ class ComponentSettings(BaseSettings):
     )
     # Each component gives its own default.
     metrics_port: MetricsPort
+    metrics_auth: Literal["none", "kubernetes"] = Field(
+        default="none",
+        description="kubernetes: /metrics over TLS, only for a bearer token the API server "
+        "lets get /metrics (TokenReview, SubjectAccessReview); none: plain HTTP, no check.",
+    )
+    probe_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Also serve /healthz and /readyz in plain HTTP on every address at this "
+        "port (for a /metrics port on localhost or behind a token); 0: none.",
+    )
+    metrics_pod_names: bool = Field(
+        default=True,
+        description="Name tenants' pods and allocations in series labels; false: those "
+        "labels are empty (namespaces stay), for a Prometheus that tenants read.",
+    )
     log_level: LogLevel = Field(default="INFO", description="Least severe level logged.")
     log_format: LogFormat = Field(
         default="text", description="text lines, or one JSON object per line for a log collector."

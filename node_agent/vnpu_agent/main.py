@@ -38,7 +38,7 @@ from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import AllocationWatcher, NodeWatcher
 from vnpu_common import __version__, eventloop, gcfreeze, memory, names
 from vnpu_common.apiclient import api_client as new_api_client
-from vnpu_common.http import serve_http
+from vnpu_common.http import serve_component
 from vnpu_common.logs import configure_logging
 from vnpu_common.rawcall import call_json
 from vnpu_common.startup import check_port, load_kube_config
@@ -133,9 +133,12 @@ class Agent:
 
     async def serve_http(self) -> web.AppRunner:
         s = self.settings
-        return await serve_http(
-            s.metrics_host,
-            s.metrics_port,
+        if self.api_client is None:
+            raise RuntimeError("the HTTP port is served after run() made the API client")
+        return await serve_component(
+            "vnpu-agent",
+            s,
+            self.api_client,
             self.metrics.registry,
             self.ready,
             "allocation view not synced or driver down",
@@ -177,7 +180,7 @@ class Agent:
                 node, driver, api, s, self.metrics, synced=watcher.synced.is_set,
                 slice_api=slice_api, resync_phase=i / len(s.nodes),
             )  # fmt: skip
-        self.metrics.watch(lambda: list(self.nodes.values()))
+        self.metrics.watch(lambda: list(self.nodes.values()), pod_names=s.metrics_pod_names)
         pools = {n: a.pool for n, a in self.nodes.items() if a.pool is not None}
         plugin = await self._kubelet_plugin()
         runner = await self.serve_http()

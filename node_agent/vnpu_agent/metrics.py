@@ -135,13 +135,18 @@ class AgentMetrics:
     def node_restored(self, node: str, what: str) -> None:
         self.node_restorations.labels(node, what).inc()
 
-    def watch(self, agents: Callable[[], Iterable[NodeState]]) -> None:
-        self.registry.register(_StateCollector(agents))
+    def watch(self, agents: Callable[[], Iterable[NodeState]], *, pod_names: bool = True) -> None:
+        """Series of the nodes' state; without `pod_names`, vnpu_agent_allocation
+        names no tenant's pod or allocation (metrics_pod_names)."""
+        self.registry.register(_StateCollector(agents, pod_names=pod_names))
 
 
 class _StateCollector(Collector):
-    def __init__(self, agents: Callable[[], Iterable[NodeState]]) -> None:
+    def __init__(
+        self, agents: Callable[[], Iterable[NodeState]], *, pod_names: bool = True
+    ) -> None:
         self._agents = agents
+        self._pod_names = pod_names
 
     def collect(self) -> Iterator[Metric]:
         vnpus = GaugeMetricFamily(
@@ -195,8 +200,9 @@ class _StateCollector(Collector):
                     {
                         "node": agent.node,
                         "namespace": str(meta.get("namespace", "")),
-                        "allocation": str(meta.get("name", "")),
-                        "pod": str(spec.get("podName", "")),
+                        # v_dev_id still tells a node's allocations apart.
+                        "allocation": str(meta.get("name", "")) if self._pod_names else "",
+                        "pod": str(spec.get("podName", "")) if self._pod_names else "",
                         "chip": "" if chip_index is None else str(chip_index),
                         "id": physical.get(chip_index, "") if isinstance(chip_index, int) else "",
                         "v_dev_id": str(spec.get("vnpuId", "")),

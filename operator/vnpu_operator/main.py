@@ -18,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import __version__, eventloop, gcfreeze, memory, names
 from vnpu_common.apiclient import api_client as new_api_client
-from vnpu_common.http import serve_http
+from vnpu_common.http import serve_component
 from vnpu_common.logs import configure_logging
 from vnpu_common.rawcall import call_json
 from vnpu_common.startup import check_port, load_kube_config
@@ -98,9 +98,10 @@ async def run(settings: OperatorSettings) -> None:
     controller = build_controller(api, settings, metrics)
     follow_leadership(controller, leadership)
     webhook = WebhookServer(settings, controller.offered_templates, controller.quotas, metrics)
-    runner = await serve_http(
-        settings.metrics_host,
-        settings.metrics_port,
+    runner = await serve_component(
+        PROG,
+        settings,
+        api_client,
         metrics.registry,
         lambda: controller.synced and not webhook.draining,
         lambda: "stopping" if webhook.draining else "caches not synced",

@@ -162,8 +162,10 @@ class OperatorMetrics:
             buckets=ADMISSION_BUCKETS,
         )
 
-    def watch(self, view: StateView) -> None:
-        self.registry.register(_StateCollector(view))
+    def watch(self, view: StateView, *, pod_names: bool = True) -> None:
+        """Series of the controller's state; without `pod_names`, no series
+        names a tenant's pod (metrics_pod_names)."""
+        self.registry.register(_StateCollector(view, pod_names=pod_names))
 
     def watch_certificate(self, not_after: Callable[[], float | None]) -> None:
         """`not_after`: epoch seconds at which the webhook's serving
@@ -192,9 +194,16 @@ class _CertificateCollector(Collector):
 
 
 class _StateCollector(Collector):
-    def __init__(self, view: StateView, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        view: StateView,
+        clock: Callable[[], float] = time.time,
+        *,
+        pod_names: bool = True,
+    ) -> None:
         self._view = view
         self._clock = clock
+        self._pod_names = pod_names
 
     def collect(self) -> Iterator[Metric]:
         yield self._allocations()
@@ -327,12 +336,17 @@ class _StateCollector(Collector):
         )
         now = self._clock()
         counts: dict[str, int] = {}
+        # Without pod names, a namespace's longest wait per reason (pod ""): the
+        # waiting alert still fires, naming the namespace only.
+        started: dict[tuple[str, str, str], float] = {}
         for pod in self._view.waiting():
             counts[pod.reason] = counts.get(pod.reason, 0) + 1
+            key = (pod.namespace, pod.pod if self._pod_names else "", pod.reason)
             # To the millisecond, so that scrapes of one wait agree.
-            since.add_metric(
-                [pod.namespace, pod.pod, pod.reason], round(now - pod.waited_seconds, 3)
-            )
+            at = round(now - pod.waited_seconds, 3)
+            started[key] = min(at, started.get(key, at))
+        for key, at in started.items():
+            since.add_metric(list(key), at)
         for reason, n in sorted(counts.items()):
             count.add_metric([reason], n)
         yield from (count, since)

@@ -161,6 +161,7 @@ def build_controller(
             waiting=waiting_line.waiting_pods,
             live_nodes=inventories.live,
             fragmentation=ledger.fragmentation,
-        )
+        ),
+        pod_names=settings.metrics_pod_names,
     )
     return controller
