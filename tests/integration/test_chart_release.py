@@ -169,8 +169,7 @@ OPERATOR_ALLOWED = [
     ("list", "nodes"),
     ("watch", "nodes"),
     ("create", "events"),
-    ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io"),
-    ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
+    ("get", f"mutatingwebhookconfigurations.{ADMREG}/{names.WEBHOOK_CONFIG_NAME}"),
     ("patch", f"mutatingwebhookconfigurations.{ADMREG}/{names.WEBHOOK_CONFIG_NAME}"),
     ("patch", f"validatingwebhookconfigurations.{ADMREG}/{names.WEBHOOK_CONFIG_NAME}"),
 ]
@@ -189,6 +188,10 @@ OPERATOR_DENIED = [
     ("watch", "leases.coordination.k8s.io"),
     ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/other"),
     ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
+    # The chart ships both configurations: the operator only writes their CA bundle,
+    # and could not create one by another name (a create is not limited by name).
+    ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io"),
+    ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
 ]
 AGENT_ALLOWED = [
     ("list", "vnpuallocations.vnpu.io", None),

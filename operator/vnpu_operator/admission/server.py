@@ -240,27 +240,30 @@ class WebhookServer:
         read: Callable[..., Awaitable[Any]],
         patch: Callable[..., Awaitable[Any]],
     ) -> None:
-        """Create, or merge-patch the whole body over the existing object. A body without a
-        caBundle takes the existing one, guarded by its resourceVersion so that a caBundle
-        injected meanwhile is not lost either."""
+        """Merge-patch the whole body over the existing object, or create it where
+        there is none. Read first: the chart ships both configurations, so the
+        operator needs only get and patch, by name (a create cannot be limited to a
+        name); a create is for an operator run without the chart. A body without a
+        caBundle takes the existing one, guarded by its resourceVersion so that a
+        caBundle injected meanwhile is not lost either."""
         api_client = self._api_client
         if api_client is None:
             return
         for _ in range(CONFLICT_ATTEMPTS):
             try:
-                await create(body)
-                return
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-            try:
                 existing = api_client.sanitize_for_serialization(
                     await read(names.WEBHOOK_CONFIG_NAME)
                 )
             except ApiException as exc:
-                if exc.status == 404:
-                    continue  # deleted in between: create it again
-                raise
+                if exc.status != 404:
+                    raise
+                try:
+                    await create(body)
+                    return
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+                    continue  # created in between: read it again
             # Ours joins the CAs registered (other replicas' own); a body without one
             # keeps the one injected.
             update = keep_ca_bundles(merge_ca_bundles(body, existing, _merge_cas), existing)
@@ -270,7 +273,7 @@ class WebhookServer:
                 await patch(names.WEBHOOK_CONFIG_NAME, update, _content_type=MERGE)
                 return
             except ApiException as exc:
-                # 409: changed since read; 404: deleted since create said it exists.
+                # 409: changed since read; 404: deleted since read.
                 if exc.status not in (404, 409):
                     raise
         raise RuntimeError(
