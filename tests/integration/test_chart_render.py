@@ -781,18 +781,22 @@ def test_critical_pod_quota_matches_the_critical_classes_the_release_uses(
         ]
         return found[0] if found else None
 
+    # The defaults: the agents at system-node-critical, the operator (whose webhook fails
+    # closed) at system-cluster-critical.
     default = quota()
     assert default is not None
     (selector,) = default["spec"]["scopeSelector"]["matchExpressions"]
     assert selector == {
-        "scopeName": "PriorityClass", "operator": "In", "values": ["system-node-critical"],
+        "scopeName": "PriorityClass", "operator": "In",
+        "values": ["system-node-critical", "system-cluster-critical"],
     }  # fmt: skip
-    both = quota("--set", "operator.priorityClassName=system-cluster-critical")
-    assert both is not None
-    (selector,) = both["spec"]["scopeSelector"]["matchExpressions"]
-    assert selector["values"] == ["system-node-critical", "system-cluster-critical"]
+    agents_only = quota("--set", "operator.priorityClassName=")
+    assert agents_only is not None
+    (selector,) = agents_only["spec"]["scopeSelector"]["matchExpressions"]
+    assert selector["values"] == ["system-node-critical"]
     assert quota("--set", "criticalPodQuota.enabled=false") is None
-    assert quota("--set", "agent.priorityClassName=high") is None
+    none = ("--set", "agent.priorityClassName=high", "--set", "operator.priorityClassName=")
+    assert quota(*none) is None
     # kube-system has its own (the API server makes it).
     assert quota(namespace="kube-system") is None
 
