@@ -52,4 +52,5 @@ async def test_a_reset_is_a_warning_line_and_a_bug_an_error_with_traceback(
         logging.ERROR,
         "webhook certificate refresh failed (ValueError: no CA); retrying in 0.1 s",
     )
-    assert bug.exc_info is not None and isinstance(bug.exc_info[1], ValueError)
+    assert bug.exc_info is not None
+    assert isinstance(bug.exc_info[1], ValueError)
