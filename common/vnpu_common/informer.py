@@ -36,6 +36,7 @@ import orjson
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common.backoff import Backoff
+from vnpu_common.faults import fault, log_retry
 from vnpu_common.paging import pages
 from vnpu_common.rawcall import call_json
 from vnpu_common.types import Raw
@@ -59,6 +60,12 @@ def key_of(obj: Mapping[str, Any]) -> str:
 
 def everything(obj: Raw) -> Raw:
     return obj
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"API error {exc.status} {exc.reason}"
+    return fault(exc)
 
 
 class GoneError(Exception):
@@ -111,24 +118,20 @@ class Informer:
             except GoneError:
                 log.info("%s watch expired (410 Gone); re-listing", self.name)
                 self._broken()
-            except ApiException as exc:
-                failures += 1
-                self.errors += 1
-                self._broken()
-                await self._backoff(failures, f"API error {exc.status} {exc.reason}")
             except Exception as exc:
                 failures += 1
                 self.errors += 1
                 self._broken()
-                await self._backoff(failures, f"{type(exc).__name__}: {exc}")
+                await self._backoff(failures, exc)
 
     def _broken(self) -> None:
         self.synced.clear()
         self.resource_version = None
 
-    async def _backoff(self, failures: int, why: str) -> None:
+    async def _backoff(self, failures: int, exc: Exception) -> None:
         delay = self._retry.delay(failures)
-        log.warning("%s watch failed (%s); retrying in %.1fs", self.name, why, delay)
+        # An API answer is news (a 403 names missing RBAC), never a bug of ours.
+        log_retry(log, f"{self.name} watch", exc, delay, expected=(ApiException,), describe=_why)
         await asyncio.sleep(delay)
 
     async def _pages(self) -> tuple[list[Raw], str]:

@@ -5,6 +5,7 @@ for a log collector."""
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from typing import Literal, TextIO
 
@@ -18,6 +19,26 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 # The keys a JSON line always has (exception only with a traceback), named as
 # log collectors commonly expect them rather than as LogRecord attributes.
 JSON_KEYS = {"levelname": "level", "name": "logger", "exc_info": "exception"}
+
+
+# Kopf's API client logs every retried request at ERROR. Its last try
+# ("...; escalating: ...") stays ERROR: that one gives up.
+_KOPF_RETRY = re.compile(r"Request attempt #?\S+ failed; will retry: ")
+
+
+class KopfRetries(logging.Filter):
+    """Lowers Kopf's "Request attempt #2/10 failed; will retry: ..." to
+    WARNING: a retried request with no answer is the fault our own retries
+    log at WARNING (vnpu_common.faults), not a crash."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            record.levelno == logging.ERROR
+            and record.name.startswith("kopf")
+            and _KOPF_RETRY.match(record.getMessage())
+        ):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
 
 def json_formatter() -> logging.Formatter:
@@ -36,6 +57,7 @@ def configure_logging(
     at DEBUG, which at hundreds of pods a second drowns what matters."""
     handler = logging.StreamHandler(sys.stderr if stream is None else stream)
     handler.setFormatter(json_formatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(KopfRetries())
     root = logging.getLogger()
     for old in root.handlers[:]:
         root.removeHandler(old)

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from vnpu_common.backoff import Backoff
+from vnpu_common.faults import log_retry
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,9 @@ class WorkQueue:
         describe: Callable[[BaseException], str] = _describe,
         expected: tuple[type[BaseException], ...] = (),
     ) -> None:
-        """`expected` exceptions are logged without a traceback (API errors
-        are news, not bugs)."""
+        """`expected` exceptions are logged as one WARNING line, as the
+        faults `faults.is_expected` names are (API errors are news, not
+        bugs); anything else at ERROR with its traceback."""
         if workers is not None and workers < 1:
             raise ValueError("workers must be at least 1")
         self._handler = handler
@@ -171,13 +173,13 @@ class WorkQueue:
         if isinstance(exc, RetryLater):
             log.info("%s %s: %s; retry %d in %.1fs", self.name, key, exc, n, delay)
         else:
-            log.warning(
-                "%s %s: %s; retry %d in %.1fs",
-                self.name,
-                key,
-                self._describe(exc),
-                n,
+            log_retry(
+                log,
+                f"{self.name} {key}",
+                exc,
                 delay,
-                exc_info=not isinstance(exc, self._expected),
+                attempt=n,
+                expected=self._expected,
+                describe=self._describe,
             )
         self.add_after(key, delay)

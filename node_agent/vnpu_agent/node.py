@@ -31,6 +31,7 @@ from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.owned import OwnedIds
 from vnpu_agent.publisher import NodePublisher
 from vnpu_agent.serving import MAX_CREATE_ATTEMPTS, AllocationServer
+from vnpu_common.faults import log_retry
 from vnpu_common.types import Raw
 from vnpu_common.workqueue import WorkQueue
 
@@ -185,14 +186,17 @@ class NodeAgent:
         period = self.settings.resync_seconds
         due = loop.time() + period * (1.0 - self.resync_phase)
         while True:
+            failed: Exception | None = None
             try:
                 await self.resync()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("resync of %s failed", self.node)
+            except Exception as exc:
+                failed = exc
             now = loop.time()
             due = max(due, now)
+            if failed is not None:
+                log_retry(log, f"resync of {self.node}", failed, due - now)
             await asyncio.sleep(due - now)
             due += period
 

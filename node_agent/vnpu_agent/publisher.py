@@ -27,7 +27,7 @@ from vnpu_agent.mirror import NodeMirror
 from vnpu_common import names
 from vnpu_common.api.models import ChipStatus, VNPUNodeStatus
 from vnpu_common.backoff import Backoff
-from vnpu_common.rawcall import describe
+from vnpu_common.faults import log_retry
 from vnpu_common.types import Raw
 
 # The node agent's log, as before it was split in modules (its lines unchanged).
@@ -111,7 +111,17 @@ class NodePublisher:
     def _spawn_publish(self) -> None:
         self._pending = None
         task = asyncio.get_running_loop().create_task(self.publish(), name=self.node)
-        task.add_done_callback(_log_publish_error)
+        task.add_done_callback(self._log_publish_error)
+
+    def _log_publish_error(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        # A failed write scheduled its retry (mark_dirty); a failure before it
+        # (the driver) waits for the next change or resync.
+        retry_in = None
+        if self._pending is not None:
+            retry_in = max(self._pending_due - asyncio.get_running_loop().time(), 0.0)
+        log_retry(log, f"VNPUNode {self.node}: status write", exc, retry_in)
 
     async def publish(self) -> None:
         # One write at a time: its answer is what later events compare with.
@@ -292,11 +302,3 @@ def _echo_of(status: dict[str, Any]) -> list[int]:
     """The cordoned chips a published status echoes."""
     text = status.get("cordoned") or ""
     return [int(i) for i in text.split(",") if i.isdigit()]
-
-
-def _log_publish_error(task: asyncio.Task[None]) -> None:
-    if task.cancelled() or (exc := task.exception()) is None:
-        return
-    # describe: an ApiException's text carries every response header.
-    why = describe(exc)
-    log.error("VNPUNode %s: status write failed (%s); written again shortly", task.get_name(), why)

@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import names
 from vnpu_common.backoff import Backoff
+from vnpu_common.faults import log_retry
 from vnpu_common.paging import pages
-from vnpu_common.rawcall import call_json, describe
+from vnpu_common.rawcall import call_json
 from vnpu_common.types import Raw
 from vnpu_operator.controller import Controller
 from vnpu_operator.slim import resource_version
@@ -206,7 +208,7 @@ class Convergence:
             except Exception as exc:
                 failures += 1
                 delay = self._backoff.delay(failures)
-                log.warning("cache convergence failed (%s); retry in %.1fs", describe(exc), delay)
+                log_retry(log, "cache convergence", exc, delay, expected=(ApiException,))
             await asyncio.sleep(delay)
 
 

@@ -47,6 +47,7 @@ from vnpu_common import names
 from vnpu_common.api.models import ChipStatus
 from vnpu_common.apiwrites import Writes
 from vnpu_common.backoff import Backoff
+from vnpu_common.faults import log_retry
 from vnpu_common.informer import DELETED, Informer
 from vnpu_common.rawcall import call_json, describe
 from vnpu_common.types import Raw
@@ -321,9 +322,10 @@ class PoolPublisher:
     # -- writing ---------------------------------------------------------------
 
     async def run(self) -> None:
+        retry_in = 0.0  # the backoff after the last failure, drawn as it is logged
         while True:
             if self._failures:
-                wait = self._backoff.delay(self._failures)
+                wait = retry_in
             elif self._chips is None:
                 wait = None  # nothing to publish before the chips are known
             else:
@@ -340,11 +342,8 @@ class PoolPublisher:
                 raise
             except Exception as exc:
                 self._failures += 1
-                log.error(
-                    "ResourceSlices of %s not published (%s); trying again shortly",
-                    self.node,
-                    describe(exc),
-                )
+                retry_in = self._backoff.delay(self._failures)
+                log_retry(log, f"publishing the ResourceSlices of {self.node}", exc, retry_in)
             else:
                 self._failures = 0
             finally:

@@ -28,6 +28,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import names
+from vnpu_common.faults import log_retry
 from vnpu_common.patches import MERGE
 from vnpu_operator.admission import (
     ServiceRef,
@@ -292,9 +293,11 @@ class WebhookServer:
                     "webhook certificate not reloaded (%s); still serving the one valid "
                     "until %s", exc, _when(self._not_after or 0),
                 )  # fmt: skip
-            except Exception:
+            except Exception as exc:
                 # Nothing may end the renewal: the next poll tries again.
-                log.exception("webhook certificate refresh failed; trying again")
+                log_retry(
+                    log, "webhook certificate refresh", exc, self.settings.webhook_cert_poll_seconds
+                )
 
     async def _refresh(self) -> None:
         if self._source is None:

@@ -84,3 +84,15 @@ def test_configuring_again_replaces_the_handler(stream: io.StringIO) -> None:
     configure_logging("INFO", "json", stream=stream)
     logging.getLogger("x").info("once")
     assert [json.loads(line)["message"] for line in _lines(stream)] == ["once"]
+
+
+def test_kopfs_retried_requests_are_warnings_and_its_last_try_an_error(
+    stream: io.StringIO,
+) -> None:
+    configure_logging("INFO", "json", stream=stream)
+    api = logging.getLogger("kopf._cogs.clients.api")
+    what = "GET https://127.0.0.1:6443/api/v1/resourcequotas -> ClientConnectorError()"
+    api.error(f"Request attempt #2/10 failed; will retry: {what}")
+    api.error(f"Request attempt #10/10 failed; escalating: {what}")
+    logging.getLogger("vnpu_operator").error("Request attempt #1 failed; will retry: not Kopf's")
+    assert [json.loads(line)["level"] for line in _lines(stream)] == ["WARNING", "ERROR", "ERROR"]
