@@ -81,6 +81,8 @@ def hardened(
     image = productimage.build(progress=lambda line: print(line))
     real_node.import_image(image.archive)
     ready_for_release(plane, real_node, NAMESPACE, BASELINE, RESTRICTED, MONITORING)
+    # The control device the Ascend runtime stand-in adds to every vNPU container.
+    real_node.add_davinci_manager()
     # Where the release goes, a careful admin's default: restricted, which the agent fails.
     plane.kubectl("label", "namespace", NAMESPACE, f"{PSA}/enforce=restricted", "--overwrite")
     plane.kubectl("label", "namespace", BASELINE, f"{PSA}/enforce=baseline", "--overwrite")
