@@ -92,6 +92,7 @@ class FakeNodeAgent:
     vnpus: dict[int, VNPU] = field(default_factory=dict)
     allocs: dict[str, dict[str, Any]] = field(default_factory=dict)
     owned: set[int] = field(default_factory=set)
+    dra_pool_published: bool | None = True
 
     def referenced_ids(self) -> set[int]:
         return {a["spec"]["vnpuId"] for a in self.allocs.values()}
