@@ -66,6 +66,12 @@ release-tools:
 	@bash hack/tools/build.sh cosign >/dev/null
 	@bash hack/tools/build.sh syft >/dev/null
 
+# The check tools: promtool, which tests/integration/test_alert_rules.py runs on the chart's
+# alerts (tests/alerts). Built before the tests for the same reason.
+.PHONY: check-tools
+check-tools:
+	@bash hack/tools/build.sh promtool >/dev/null
+
 .PHONY: release
 release: $(STAMP) plane-main release-tools ## versioned artifacts from a clean tree into dist/<version>/: chart, images (amd64, arm64), SBOMs, SHA256SUMS, signatures (root; docs/RELEASING.md)
 	PYTHON=$(abspath $(PY)) PYTHONPATH=$(PYPATH) $(PY) -m release
@@ -95,7 +101,7 @@ typecheck: $(STAMP) ## mypy (strict)
 	$(VENV)/bin/mypy
 
 .PHONY: test
-test: $(STAMP) plane release-tools lint typecheck ## everything CI runs (root: the real-node lane; bench-quick last: correctness only)
+test: $(STAMP) plane release-tools check-tools lint typecheck ## everything CI runs (root: the real-node lane; bench-quick last: correctness only)
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-k8s134
 	$(MAKE) --no-print-directory test-realnode

@@ -296,6 +296,7 @@ class Agent:
         # vNPUs before each Prepare (dra/prepare.DeviceGuard).
         preparer.guard = agent.serving
         preparer.observe = self.metrics.dra_call
+        self.metrics.dra_serving()
         # The chip model of a device, for its KEP-5304 metadata file.
         preparer.chip_model = lambda chip: next(
             (c.model for c in agent.view.chips if c.index == chip), None

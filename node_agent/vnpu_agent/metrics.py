@@ -38,6 +38,12 @@ class NodeState(Protocol):
     def owned(self) -> Container[int]: ...
     @property
     def allocs(self) -> Mapping[str, Mapping[str, Any]]: ...
+    @property
+    def dra_pool_published(self) -> bool | None:
+        """Whether the API server holds the node's DRA pool as last told
+        (dra/publisher.PoolPublisher.published); None: not a DRA node."""
+        ...
+
     def referenced_ids(self) -> set[int]: ...
 
 
@@ -118,6 +124,13 @@ class AgentMetrics:
         self.driver_ops.labels(node, op, result).inc()
         self.driver_seconds.labels(op).observe(seconds)
 
+    def dra_serving(self) -> None:
+        """The kubelet plugin serves: its error series exist from now, at 0,
+        so that the first failed call is an increase a rate() sees (a series
+        born at 1 shows none)."""
+        for op in ("prepare", "unprepare"):
+            self.dra_call_errors.labels(op)
+
     def dra_call(self, op: str, seconds: float, failed: int) -> None:
         self.dra_call_seconds.labels(op).observe(seconds)
         if failed:
@@ -173,7 +186,17 @@ class _StateCollector(Collector):
         aicpu_cap = chip_gauge(PREFIX, "aicpu_capacity", "AI CPUs of the chip.")
         aicpu_free = chip_gauge(PREFIX, "aicpu_free", f"AI CPUs free, {driver}.")
         healthy = chip_gauge(PREFIX, "healthy", "1 if the driver reports the chip healthy.")
+        published = GaugeMetricFamily(
+            f"{PREFIX}_dra_pool_published",
+            "DRA nodes only: 1 while the API server holds the node's ResourceSlice pool as "
+            "the agent last wrote or confirmed it, 0 before it is first published, after a "
+            "failed write and while a pool someone else changed or deleted waits for its "
+            "repair.",
+            labels=["node"],
+        )
         for agent in self._agents():
+            if (pool := agent.dra_pool_published) is not None:
+                published.add_metric([agent.node], 1 if pool else 0)
             physical = {c.index: str(c.physical_id) for c in agent.chips}
             models = {c.index: c.model for c in agent.chips}
             referenced = agent.referenced_ids()
@@ -219,5 +242,5 @@ class _StateCollector(Collector):
                 memory_free.add_metric(labels, c.memory_free_mb * MIB)
                 aicpu_cap.add_metric(labels, c.aicpu_total)
                 aicpu_free.add_metric(labels, c.aicpu_free)
-        yield from (vnpus, allocs, healthy)
+        yield from (vnpus, allocs, healthy, published)
         yield from (aicore_cap, aicore_free, memory_cap, memory_free, aicpu_cap, aicpu_free)

@@ -131,6 +131,10 @@ class NodeAgent:
     def driver_ok(self, ok: bool) -> None:
         self.view.ok = ok
 
+    @property
+    def dra_pool_published(self) -> bool | None:
+        return None if self.pool is None else self.pool.published
+
     def referenced_ids(self) -> set[int]:
         return self.serving.referenced_ids()
 

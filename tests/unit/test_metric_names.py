@@ -7,12 +7,14 @@ too. The rules themselves are shown to catch the names issue 16 replaced."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import promql_parser
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -92,6 +94,7 @@ class FakeNodeAgent:
     vnpus: dict[int, VNPU] = field(default_factory=dict)
     allocs: dict[str, dict[str, Any]] = field(default_factory=dict)
     owned: set[int] = field(default_factory=set)
+    dra_pool_published: bool | None = True
 
     def referenced_ids(self) -> set[int]:
         return {a["spec"]["vnpuId"] for a in self.allocs.values()}
@@ -280,3 +283,73 @@ def test_every_metric_is_documented_in_architecture() -> None:
                 exposed.add(f.name + {"counter": "_total", "info": "_info"}.get(f.type, ""))
     undocumented = sorted(n for n in exposed if not re.search(f"`{n}[`{{]", section))
     assert undocumented == [], "docs/ARCHITECTURE.md, ### Metrics, does not name these"
+
+
+# ------------------------------------------------------- the dashboard, the alerts
+
+DASHBOARD = ROOT / "charts" / "vnpu-operator" / "files" / "dashboards" / "vnpu-operator.json"
+RULES = ROOT / "charts" / "vnpu-operator" / "templates" / "prometheusrule.yaml"
+# What Grafana substitutes before a query reaches Prometheus.
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$node": ".*"}
+
+
+def _queryable() -> dict[str, set[str]]:
+    """Series name -> the label names its samples carry, for everything both
+    components export (as a query names it: _total, _info, _bucket...), and
+    Prometheus' own `up` with the labels the chart's ServiceMonitor gives it."""
+    out: dict[str, set[str]] = {"up": {"job", "namespace", "node", "pod", "instance"}}
+    for registry in (operator_metrics().registry, agent_metrics().registry):
+        for f in registry.collect():
+            for s in f.samples:
+                out.setdefault(s.name, set()).update(s.labels)
+    return out
+
+
+def _unknown(where: str, expr: str, known: dict[str, set[str]]) -> list[str]:
+    for variable, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(variable, value)
+    found: list[tuple[str, list[str]]] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append((node.name, [m.name for m in node.matchers.matchers]))
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    problems = [] if found else [f"{where}: selects no series"]
+    for series, labels in found:
+        if series not in known:
+            problems.append(f"{where}: {series} is not exported")
+        elif missing := set(labels) - known[series]:
+            problems.append(f"{where}: {series} has no label {sorted(missing)}")
+    return problems
+
+
+def test_every_dashboard_query_names_exported_series_and_labels() -> None:
+    """The run-time check is tests/integration/test_metrics_series.py; this one
+    needs no plane, so a panel on a renamed or missing metric fails at once."""
+    board = json.loads(DASHBOARD.read_text())
+    known = _queryable()
+    problems = [
+        problem
+        for p in board["panels"]
+        for t in p.get("targets", [])
+        for problem in _unknown(f"{p['title']} [{t['refId']}]", t["expr"], known)
+    ]
+    assert problems == [], "\n".join(problems)
+    titles = {p["title"] for p in board["panels"]}
+    assert {"Leader by replica", "Leader changes", "vNPUs by namespace"} <= titles
+
+
+def test_every_alert_names_exported_series_and_labels() -> None:
+    """The rules' expressions as the template writes them, its values put in."""
+    text = RULES.read_text()
+    exprs = dict(re.findall(r"^- alert: (\w+)\n  expr: (.+)$", text, re.MULTILINE))
+    assert len(exprs) == len(re.findall(r"^- alert: ", text, re.MULTILINE))
+    known = _queryable()
+    problems = []
+    for alert, expr in exprs.items():
+        expr = expr.replace("{{ $up }}", 'up{job="a", namespace="b"}')
+        expr = re.sub(r"\{\{ \$rule\.\w+ \}\}", "1", expr)
+        assert "{{" not in expr, f"{alert}: a template the test does not know: {expr}"
+        problems += _unknown(alert, expr, known)
+    assert problems == [], "\n".join(problems)

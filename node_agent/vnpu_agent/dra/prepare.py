@@ -269,7 +269,12 @@ class Preparer:
             async with asyncio.timeout(self.budget):
                 await self.lock.acquire()
         except TimeoutError:
-            return dict.fromkeys(results, "another Prepare or Unprepare held the plugin")
+            # Counted like any failed call: vnpu_agent_dra_prepare_errors_total,
+            # which VNPUDRAPrepareErrors alerts on, must see a plugin stuck here.
+            results = dict.fromkeys(results, "another Prepare or Unprepare held the plugin")
+            if self.observe is not None:
+                self.observe("unprepare", loop.time() - started, len(results))
+            return results
         gone: list[str] = []
         try:
             broken = self.checkpoint.broken

@@ -224,6 +224,12 @@ class PoolPublisher:
         self.repairs = 0
         self._last_repair = -1e9
         self._repair: asyncio.TimerHandle | None = None
+        # Whether the API server holds the pool last told, as far as this
+        # agent knows: the last sync wrote or confirmed it and the watch has
+        # shown no difference since (vnpu_agent_dra_pool_published). False
+        # before the chips are known, after a failed sync and while a pool
+        # someone else changed or deleted waits for its repair.
+        self.published = False
 
     def update(
         self,
@@ -294,6 +300,7 @@ class PoolPublisher:
         if self._written != comparable(want):
             return  # our own change, not written yet: `run` is awake for it
         if not self._holds(list(self.seen.values()), want):
+            self.published = False
             self._schedule_repair()
 
     def _schedule_repair(self) -> None:
@@ -342,6 +349,7 @@ class PoolPublisher:
                 raise
             except Exception as exc:
                 self._failures += 1
+                self.published = False
                 retry_in = self._backoff.delay(self._failures)
                 log_retry(log, f"publishing the ResourceSlices of {self.node}", exc, retry_in)
             else:
@@ -368,6 +376,7 @@ class PoolPublisher:
                 # by someone else): what the watch is compared with from now.
                 self._written = self._answered = comparable(want)
                 self._uid = uid
+            self.published = True
             return
         # Above any generation the pool had, the one we last wrote included:
         # after a wipe (nothing left to read it from), a consumer whose watch
@@ -394,6 +403,7 @@ class PoolPublisher:
         self._written, self._answered = comparable(want), comparable(answers)
         self._uid = uid
         self.generation = generation
+        self.published = True
         log.info(
             "published %d ResourceSlice(s) of %s at generation %d",
             len(pool),
