@@ -339,6 +339,24 @@ def _vnpu_resources_refused(m: dict[str, str], f: Facts) -> str | None:
     return None
 
 
+def _prose_default(m: dict[str, str], f: Facts) -> str | None:
+    """A number or switch a sentence gives as a value's default, against values.yaml
+    (words such as "their ServiceAccount's" are not checked)."""
+    known, value = _lookup(f.values, m["key"])
+    said = {"on": "true", "off": "false"}.get(m["v"], m["v"])
+    if not known or isinstance(value, dict | list | str) or value is None:
+        return None
+    if not re.fullmatch(r"-?\d+(?:\.\d+)?|true|false", said):
+        return None
+    if said != _shown(value):
+        return f"gives {m['key']} the default {m['v']}; values.yaml has {_shown(value)}"
+    return None
+
+
+_VALUE_KEY = (
+    r"`(?P<key>(?:operator|agent|webhook|metrics|protection|uninstall|tests|dra|crds"
+    r"|nodeScoping|criticalPodQuota|tenantRead|apiServer|runtimeClass|image)\.[\w.]+)`"
+)
 _N = r"(?P<n>\d+|(?i:one|two|three|four))"
 _V = r"(?P<v>1\.\d+)"
 CLAIMS = (
@@ -434,6 +452,15 @@ CLAIMS = (
             r"|Every pod with `vnpu\.io/template` goes through the operator's admission"
         ),
         _annotation_only_webhook,
+    ),
+    Claim(
+        "a value's default in prose",
+        _pattern(
+            rf"{_VALUE_KEY}[^.;|`]{{0,40}}?\b(?:default|defaults to|by default)"
+            rf"[ :,]+`?(?P<v>[\w.]+)`?"
+            rf"|{_VALUE_KEY},? \((?P<v>[\w.]+)\)"
+        ),
+        _prose_default,
     ),
     Claim(
         "vnpu.io/* requests refused without an annotation",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,7 @@ def test_a_namespaces_deployments_restored_get_new_vnpus(
     old_pods = (get_json(plane, "pods", "-n", namespace, "-l", "app=train") or {})["items"]
     old_allocations = [a for held in before.values() for a in held]
 
+    assert shutil.which("jq"), "the documented restore uses jq: install it (apt-get install jq)"
     kubectl = Path(plane.binary("kubectl"))
     env = {
         **os.environ,

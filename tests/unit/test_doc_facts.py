@@ -206,3 +206,17 @@ def test_a_relative_document_path_in_the_notes_is_caught() -> None:
         f"{DOCS_URL}docs/HELM.md#uninstall"
     )
     assert found == ["docs/DRA.md", "SECURITY.md"]
+
+
+def test_a_default_given_in_prose_is_checked() -> None:
+    facts = chart_facts()
+    attempts = facts.values["operator"]["maxAttempts"]
+    right = f"(`--max-attempts`, chart `operator.maxAttempts`, default {attempts})"
+    wrong = f"(`--max-attempts`, chart `operator.maxAttempts`, default {attempts + 1})"
+    assert claim_problems(right, facts) == []
+    assert claim_problems(wrong, facts)
+    # Switches as words, and a value in parentheses after its key.
+    assert claim_problems("`criticalPodQuota.enabled`, default off", facts)
+    timeout = facts.values["tests"]["timeoutSeconds"]
+    assert claim_problems(f"for `tests.timeoutSeconds` ({timeout + 30}) while", facts)
+    assert claim_problems(f"for `tests.timeoutSeconds` ({timeout}) while", facts) == []
