@@ -59,12 +59,14 @@ node-tools: ## build (or reuse) the real node's kubelet, containerd, runc, CNI p
 image: ## build (or reuse) the product image from Dockerfile without Docker (root); prints its OCI archive
 	@PYTHON=$(PYTHON) bash hack/image/build.sh
 
-# The release's Go tools (hack/tools/versions.env), built before the tests that run them,
-# so that a cold build (minutes) is not counted against a test's timeout.
+# The release's and the checks' Go tools (hack/tools/versions.env), built before the tests
+# that run them, so that a cold build (minutes) is not counted against a test's timeout:
+# cosign and syft (the release), helm v4 (tests/integration/test_chart_helm4.py).
 .PHONY: release-tools
 release-tools:
 	@bash hack/tools/build.sh cosign >/dev/null
 	@bash hack/tools/build.sh syft >/dev/null
+	@bash hack/tools/build.sh helm4 >/dev/null
 
 # The check tools: promtool, which tests/integration/test_alert_rules.py runs on the chart's
 # alerts (tests/alerts). Built before the tests for the same reason.

@@ -1,4 +1,4 @@
-"""One request on every cluster, where no DRA node offers the template (Kubernetes 1.32 to
+"""One request on every cluster, where no DRA node offers the template (Kubernetes 1.30 to
 1.35, DRA off, or annotation nodes only): `limits: {vnpu.io/<template>: N}` runs through the
 annotation path, and a ResourceQuota on requests.vnpu.io/<template> counts it beside the
 annotation path's own charges. Real plane, operator, agent, scheduler and quota controller;
