@@ -522,23 +522,24 @@ def _maybe_pod(plane: LocalPlane, name: str) -> dict[str, Any] | None:
 
 
 def test_the_critical_pod_quota_counts_the_agent_pods(plane: LocalPlane, release: str) -> None:
-    """The quota's scope matches the agents' priority class: the quota controller counts
-    exactly those pods, which is what admits them where the class is limited."""
+    """The quota's scope matches the critical classes of the release's pods (the agents'
+    system-node-critical, the operator's system-cluster-critical): the quota controller
+    counts exactly those pods, which is what admits them where the classes are limited."""
     quota = f"{release}-critical-pods"
 
     def counted() -> int | None:
-        agents = get_json(
-            plane, "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=agent"
-        )["items"]
+        pods = [
+            p
+            for component in ("agent", "operator")
+            for p in get_json(
+                plane, "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/component={component}"
+            )["items"]
+        ]
         used = plane.quota_used(NAMESPACE, quota).get("pods")
-        return len(agents) if agents and used == str(len(agents)) else None
+        return len(pods) if pods and used == str(len(pods)) else None
 
-    assert wait_for("the quota to count the agent pods", counted) >= 2
-    # The operator (no priority class) is not counted.
-    operator_pods = get_json(
-        plane, "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=operator"
-    )["items"]
-    assert operator_pods
+    # Two agents and two operator replicas.
+    assert wait_for("the quota to count the agent and operator pods", counted) >= 4
 
 
 def test_agents_follow_the_ascend_and_nfd_labels_and_tolerate_the_npu_taint(

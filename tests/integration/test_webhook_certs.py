@@ -335,8 +335,11 @@ def test_operator_mode_registers_and_renews_and_cert_manager_needs_its_api(
     assert e["VNPU_WEBHOOK_SERVICE"] == f"{NAMESPACE}/{RELEASE}-webhook:443"
     assert e["VNPU_WEBHOOK_CERT_VALIDITY_SECONDS"] == str(720 * 3600)
     assert "VNPU_WEBHOOK_CERT_DIR" not in e
-    verbs = sorted(v for r in webhook_config_rules(docs) for v in r["verbs"])
-    assert verbs == ["create", "get", "patch"]
+    # Get and patch of the configurations the chart ships, by name; no create.
+    rules = webhook_config_rules(docs)
+    verbs = sorted(v for r in rules for v in r["verbs"])
+    assert verbs == ["get", "patch"]
+    assert all(r["resourceNames"] == [names.WEBHOOK_CONFIG_NAME] for r in rules)
     # Without cert-manager's API in the cluster, an install fails saying so.
     proc = template(
         plane, "--set", "webhook.certSource=cert-manager", namespace=NAMESPACE, check=False
