@@ -262,6 +262,16 @@ class WebhookServer:
                     await create(body)
                     return
                 except ApiException as exc:
+                    if exc.status == 403:
+                        # The chart's operator may not create them (RBAC cannot limit a
+                        # create by name): someone deleted the chart's copy. Serving goes
+                        # on; vNPU pods wait for the configuration, not for a restart loop.
+                        log.error(
+                            "%s %s does not exist and this operator may not create it; "
+                            "`helm upgrade` puts the chart's back (docs/TROUBLESHOOTING.md)",
+                            body["kind"], names.WEBHOOK_CONFIG_NAME,
+                        )  # fmt: skip
+                        return
                     if exc.status != 409:
                         raise
                     continue  # created in between: read it again
