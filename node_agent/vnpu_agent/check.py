@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vnpu_agent.config import AgentSettings
 from vnpu_agent.drivers import DRIVER_KINDS, make_driver
+from vnpu_agent.drivers.backends import BACKENDS, Flag, backend
 from vnpu_agent.drivers.base import VNPU, ChipInfo, Driver, DriverError, TemplateSpec
 from vnpu_agent.drivers.catalog import ChipModel, find_model, known_models
 
@@ -50,63 +52,54 @@ class Findings:
     notes: list[str] = field(default_factory=list)
 
 
+def _default(flag: Flag) -> Any:
+    """The flag's default as the agent would have it: VNPU_<SETTING>, else
+    the agent's default (config.AgentSettings), else check's own."""
+    if flag.setting is None:
+        return None
+    variable = f"VNPU_{flag.setting.upper()}"
+    if os.environ.get(variable):
+        return flag.type(os.environ[variable])
+    if flag.fallback is not None:
+        return flag.type(flag.fallback)
+    if variable in os.environ:
+        return flag.type(os.environ[variable])
+    return AgentSettings.model_fields[flag.setting].default
+
+
 def _parser() -> argparse.ArgumentParser:
-    env = os.environ.get
     parser = argparse.ArgumentParser(
         prog="vnpu-agent check",
         description="Load the driver, list chips, templates and vNPUs as the agent sees them "
         "and compare them with the template catalog; exits 1 on a mismatch, 2 when the "
         "driver cannot be loaded or does not answer.",
     )
+    default_kind = AgentSettings.model_fields["driver"].default
     parser.add_argument(
         "--driver",
         choices=DRIVER_KINDS,
-        default=env("VNPU_DRIVER", "dcmi"),
-        help="driver backend (VNPU_DRIVER; default dcmi)",
+        default=os.environ.get("VNPU_DRIVER", default_kind),
+        help=f"driver backend (VNPU_DRIVER; default {default_kind})",
     )
-    parser.add_argument(
-        "--dcmi-library",
-        default=env("VNPU_DCMI_LIBRARY", "libdcmi.so"),
-        help="dcmi: the driver's libdcmi.so (VNPU_DCMI_LIBRARY)",
-    )
-    parser.add_argument(
-        "--npu-smi-path",
-        default=env("VNPU_NPU_SMI_PATH", "npu-smi"),
-        help="npu-smi: the executable (VNPU_NPU_SMI_PATH)",
-    )
-    parser.add_argument(
-        "--driver-timeout-seconds",
-        type=float,
-        default=float(env("VNPU_DRIVER_TIMEOUT_SECONDS", "30")),
-        help="npu-smi: longest one call may take",
-    )
-    parser.add_argument(
-        "--sim-state",
-        type=Path,
-        default=None,
-        help="sim: the simulator's state file (an agent's: <state dir>/<node>/sim/state.json); "
-        "default a fresh one of --sim-chips",
-    )
-    parser.add_argument(
-        "--sim-chips",
-        default=env("VNPU_SIM_CHIPS") or "910B3=1",
-        help="sim: the chip layout of a fresh state, e.g. 910B3=2,310P3=1",
-    )
+    seen: set[str] = set()
+    for row in BACKENDS.values():
+        for flag in row.check_flags:
+            if flag.name in seen:
+                continue  # a flag two backends read is one flag
+            seen.add(flag.name)
+            variable = f" (VNPU_{flag.setting.upper()})" if flag.setting else ""
+            parser.add_argument(
+                f"--{flag.name}",
+                type=flag.type,
+                default=_default(flag),
+                help=f"{row.kind}: {flag.help}{variable}",
+            )
     return parser
 
 
 def load(args: argparse.Namespace, scratch: Path) -> Driver:
     """The driver as the agent builds it; raises DriverError or ValueError."""
-    options: dict[str, Any]
-    if args.driver == "sim":
-        if args.sim_state is not None:
-            options = {"state_path": args.sim_state}
-        else:
-            options = {"state_path": scratch / "state.json", "layout": args.sim_chips}
-    elif args.driver == "npu-smi":
-        options = {"executable": args.npu_smi_path, "timeout": args.driver_timeout_seconds}
-    else:
-        options = {"library": args.dcmi_library}
+    options = backend(args.driver).check_options(vars(args), scratch)
     return make_driver(args.driver, **options)
 
 

@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import CliSuppress, NoDecode
 
+from vnpu_agent.drivers.backends import DriverKind
 from vnpu_common.cli import parse_settings
 from vnpu_common.settings import ComponentSettings, MetricsPort
 
-DriverKind = Literal["sim", "npu-smi", "dcmi"]
 ForeignPolicy = Literal["keep", "collect"]
 
 

@@ -30,6 +30,7 @@ from vnpu_agent.dra.publisher import (
     SliceWatcher,
     delete_pools,
 )
+from vnpu_agent.drivers import backends, make_driver
 from vnpu_agent.drivers.base import Driver
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.leases import LeaseRenewer
@@ -73,22 +74,15 @@ async def _sim_layout(core: client.CoreV1Api, node: str, fallback: str) -> str:
 
 
 async def build_driver(settings: AgentSettings, core: client.CoreV1Api, node: str) -> Driver:
-    if settings.driver == "sim":
-        from vnpu_agent.drivers.sim import SimDriver
-
-        layout = await _sim_layout(core, node, settings.sim_chips)
-        state = settings.state_dir / node / "sim" / "state.json"
-        state.parent.mkdir(parents=True, exist_ok=True)
-        return SimDriver(state, layout, device_dir=settings.sim_device_dir)
-    from vnpu_agent.drivers import make_driver
-
-    options: dict[str, Any]
-    if settings.driver == "npu-smi":
-        options = {"executable": settings.npu_smi_path, "timeout": settings.driver_timeout_seconds}
-    else:
-        options = {"library": settings.dcmi_library}
-    driver: Driver = make_driver(settings.driver, **options)
-    return driver
+    """The node's driver, as its row in drivers/backends.py builds it from the settings."""
+    row = backends.backend(settings.driver)
+    layout = None
+    if row.layout_setting is not None:
+        layout = await _sim_layout(core, node, getattr(settings, row.layout_setting))
+    given = backends.AgentInputs(
+        {name: getattr(settings, name) for name in row.settings}, settings.state_dir / node, layout
+    )
+    return make_driver(settings.driver, **row.agent_options(given))
 
 
 class Agent:

@@ -5,14 +5,17 @@
     dcmi     libdcmi.so through ctypes (dcmi.py)
 
 Backends are imported on demand, so that loading this package stays cheap
-and `python -m vnpu_agent.drivers.sim` does not import itself twice.
+and `python -m vnpu_agent.drivers.sim` does not import itself twice. The
+backends' table (kinds, constructors, settings, check's flags) is backends.py.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Final
+from typing import Any
 
+from vnpu_agent.drivers import backends
+from vnpu_agent.drivers.backends import DRIVER_KINDS
 from vnpu_agent.drivers.base import (
     ANY_VNPU_ID,
     VNPU,
@@ -28,8 +31,6 @@ from vnpu_agent.drivers.base import (
     NotFoundError,
     TemplateSpec,
 )
-
-DRIVER_KINDS: Final = ("sim", "npu-smi", "dcmi")
 
 __all__ = [
     "ANY_VNPU_ID",
@@ -60,21 +61,7 @@ def make_driver(kind: str, **options: Any) -> Driver:
     Raises ValueError for an unknown kind or option; backend errors
     (a state for other chips, a library that does not load) are DriverErrors.
     """
-    cls: type[Any]
-    if kind == "sim":
-        from vnpu_agent.drivers import sim
-
-        cls = sim.SimDriver
-    elif kind == "npu-smi":
-        from vnpu_agent.drivers import npu_smi
-
-        cls = npu_smi.NpuSmiDriver
-    elif kind == "dcmi":
-        from vnpu_agent.drivers import dcmi
-
-        cls = dcmi.DcmiDriver
-    else:
-        raise ValueError(f"unknown driver kind {kind!r}; use one of: {', '.join(DRIVER_KINDS)}")
+    cls = backends.constructor(kind)
     signature = inspect.signature(cls)
     try:
         signature.bind(**options)
