@@ -25,7 +25,7 @@ from vnpu_common import names
 from vnpu_common.api.models import Condition, set_condition
 
 # The node agent's log, as before it was split in modules (its lines unchanged).
-log = logging.getLogger("vnpu_agent.node")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 

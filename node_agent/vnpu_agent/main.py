@@ -45,7 +45,9 @@ from vnpu_common.rawcall import call_json
 from vnpu_common.startup import check_port, load_kube_config
 from vnpu_common.types import Raw
 
-log = logging.getLogger("vnpu_agent")
+# Named, not __name__: run as `python -m vnpu_agent.main` (the local plane) that
+# would be "__main__".
+log = logging.getLogger("vnpu_agent.main")
 
 # Within the kubelet's default 30 s grace period: each step of the shutdown
 # (tasks, HTTP server) gets a few seconds, the whole of it a hard limit.

@@ -31,7 +31,7 @@ from vnpu_common.faults import log_retry
 from vnpu_common.types import Raw
 
 # The node agent's log, as before it was split in modules (its lines unchanged).
-log = logging.getLogger("vnpu_agent.node")
+log = logging.getLogger(__name__)
 
 # How often a VNPUNode that differs from our last write is looked at again
 # before it is restored: until the watch has delivered the echo of that write

@@ -58,7 +58,7 @@ from vnpu_common.types import Raw
 from vnpu_common.workqueue import RetryLater, WorkQueue
 
 # The node agent's log, as before it was split in modules (its lines unchanged).
-log = logging.getLogger("vnpu_agent.node")
+log = logging.getLogger(__name__)
 
 # Transient driver failures are retried this many times before the
 # allocation stays Failed (the operator then places the pod elsewhere).

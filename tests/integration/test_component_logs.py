@@ -65,8 +65,8 @@ def test_agent_logs_json_and_warns_about_its_old_namespace_variable(
     agent.kill(signal.SIGTERM)
     records = _json_lines(agent)
     said = {(r["level"], r["logger"], r["message"]) for r in records}
-    assert ("INFO", "vnpu_agent", "serving 1 node(s) with the sim driver") in said
-    assert ("INFO", "vnpu_agent", "stopped") in said
+    assert ("INFO", "vnpu_agent.main", "serving 1 node(s) with the sim driver") in said
+    assert ("INFO", "vnpu_agent.main", "stopped") in said
     (warning,) = [r for r in records if "deprecated" in r["message"]]
     assert warning["level"] == "WARNING"
     assert "use --agent-namespace / VNPU_AGENT_NAMESPACE" in warning["message"]
