@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from vnpu_agent.allocation import AllocationView
 from vnpu_agent.drivers.base import VNPU, ChipInfo, TemplateSpec
 from vnpu_common.api.models import (
     ChipStatus,
@@ -22,10 +23,9 @@ def owners(allocations: Iterable[Mapping[str, Any]]) -> dict[int, tuple[str, str
     """vNPU id -> (namespace/name, pod UID) of the allocation declaring it."""
     out: dict[int, tuple[str, str | None]] = {}
     for obj in allocations:
-        meta, spec = obj.get("metadata", {}), obj.get("spec", {})
-        vnpu_id = spec.get("vnpuId")
-        if isinstance(vnpu_id, int):
-            out[vnpu_id] = (f"{meta.get('namespace')}/{meta.get('name')}", spec.get("podUID"))
+        a = AllocationView.of(obj)
+        if a.id is not None:
+            out[a.id] = (a.key, a.pod_uid)
     return out
 
 

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from vnpu_agent.allocation import AllocationView
 from vnpu_agent.drivers.base import VNPU, ChipInfo
 from vnpu_common import names
 from vnpu_common.apiwrites import error_counter
@@ -212,24 +213,20 @@ class _StateCollector(Collector):
                 counts[k] = counts.get(k, 0) + 1
             for key, n in counts.items():
                 vnpus.add_metric(list(key), n)
-            for obj in agent.allocs.values():
-                meta, spec = obj.get("metadata", {}), obj.get("spec", {})
-                phase = obj.get("status", {}).get("phase") or names.PHASE_PENDING
-                if meta.get("deletionTimestamp"):
-                    phase = names.PHASE_RELEASING
-                chip_index = spec.get("chip")
+            for a in map(AllocationView.of, agent.allocs.values()):
+                phase = names.PHASE_RELEASING if a.deleting else a.phase or names.PHASE_PENDING
                 allocs.add_metric(
                     [],
                     {
                         "node": agent.node,
-                        "namespace": str(meta.get("namespace", "")),
+                        "namespace": a.namespace or "",
                         # v_dev_id still tells a node's allocations apart.
-                        "allocation": str(meta.get("name", "")) if self._pod_names else "",
-                        "pod": str(spec.get("podName", "")) if self._pod_names else "",
-                        "chip": "" if chip_index is None else str(chip_index),
-                        "id": physical.get(chip_index, "") if isinstance(chip_index, int) else "",
-                        "v_dev_id": str(spec.get("vnpuId", "")),
-                        "template": str(spec.get("template", "")),
+                        "allocation": (a.name or "") if self._pod_names else "",
+                        "pod": a.pod if self._pod_names else "",
+                        "chip": "" if a.chip is None else str(a.chip),
+                        "id": "" if a.chip is None else physical.get(a.chip, ""),
+                        "v_dev_id": "" if a.id is None else str(a.id),
+                        "template": a.template,
                         "phase": phase,
                     },
                 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from vnpu_agent.allocation import AllocationView
 from vnpu_common.types import Raw
 
 # How many allocations the refusal names; the rest are counted.
@@ -28,11 +29,9 @@ def conflict(node: str, dra: bool, allocs: Iterable[Raw]) -> str | None:
     """Why the agent may not serve `node` in this mode, or None: the live
     (not being deleted) allocations of the other front-end on the node."""
     others = sorted(
-        f"{(obj.get('metadata') or {}).get('namespace')}/{(obj.get('metadata') or {}).get('name')}"
-        for obj in allocs
-        if (obj.get("spec") or {}).get("nodeName") == node
-        and not (obj.get("metadata") or {}).get("deletionTimestamp")
-        and bool((obj.get("spec") or {}).get("claim")) != dra
+        a.key
+        for a in map(AllocationView.of, allocs)
+        if a.node == node and not a.deleting and a.dra != dra
     )
     if not others:
         return None

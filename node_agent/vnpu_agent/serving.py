@@ -35,6 +35,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from vnpu_agent import cdi
+from vnpu_agent.allocation import AllocationView
 from vnpu_agent.config import AgentSettings
 from vnpu_agent.drivers.base import (
     VNPU,
@@ -133,10 +134,8 @@ class AllocationServer:
 
     def _claim_unprepared(self, claim_uid: str) -> None:
         for key, obj in list(self.allocs.items()):
-            claim = (obj.get("spec") or {}).get("claim") or {}
-            if claim.get("uid") == claim_uid and (obj.get("metadata") or {}).get(
-                "deletionTimestamp"
-            ):
+            a = AllocationView.of(obj)
+            if a.claim_uid == claim_uid and a.deleting:
                 self.queue.add(key)
 
     # -- watch events --------------------------------------------------------
@@ -146,8 +145,12 @@ class AllocationServer:
         echo = self._echoes.pop(key, None)
         if kind == "DELETED":
             gone = self.allocs.pop(key, None) or obj
-            vnpu_id = (gone.get("spec") or {}).get("vnpuId")
-            if vnpu_id in self.view.vnpus and vnpu_id not in self.referenced_ids():
+            vnpu_id = AllocationView.of(gone).id
+            if (
+                vnpu_id is not None
+                and vnpu_id in self.view.vnpus
+                and vnpu_id not in self.referenced_ids()
+            ):
                 # Gone while its vNPU exists (its finalizer removed by someone
                 # else, or before the destroy): never handed to a new allocation.
                 self.view.abandoned.add(vnpu_id)
@@ -172,12 +175,11 @@ class AllocationServer:
         vanished devices) and those on a chip whose health changed."""
         changed = set(health_changed)
         for key, obj in list(self.allocs.items()):
-            spec = obj.get("spec", {})
-            if obj.get("metadata", {}).get("deletionTimestamp"):
+            a = AllocationView.of(obj)
+            if a.deleting:
                 continue
-            missing = spec.get("vnpuId") not in self.view.vnpus
-            phase = obj.get("status", {}).get("phase")
-            if (missing and phase != names.PHASE_FAILED) or spec.get("chip") in changed:
+            missing = a.id not in self.view.vnpus
+            if (missing and a.phase != names.PHASE_FAILED) or a.chip in changed:
                 self.queue.add(key)
 
     def referenced_ids(self) -> set[int]:
@@ -186,8 +188,8 @@ class AllocationServer:
         run after its allocation went, a force-deleted pod's for example)."""
         ids = set()
         for obj in self.allocs.values():
-            vnpu_id = obj.get("spec", {}).get("vnpuId")
-            if isinstance(vnpu_id, int):
+            vnpu_id = AllocationView.of(obj).id
+            if vnpu_id is not None:
                 ids.add(vnpu_id)
         if self.prepared is not None:
             ids |= self.prepared.prepared_ids()
@@ -202,9 +204,9 @@ class AllocationServer:
         return sorted(
             key
             for key, obj in self.allocs.items()
-            if (obj.get("spec") or {}).get("vnpuId") == vnpu_id
-            and (obj.get("spec") or {}).get("nodeName") == self.node
-            and ((obj.get("spec") or {}).get("claim") or {}).get("uid") != claim_uid
+            if (a := AllocationView.of(obj)).id == vnpu_id
+            and a.node == self.node
+            and a.claim_uid != claim_uid
         )
 
     async def present(self, vnpu_id: int, chip: int, template: str) -> bool:
@@ -302,9 +304,7 @@ class AllocationServer:
         others = sorted(
             k
             for k, o in self.allocs.items()
-            if k != key
-            and (o.get("spec") or {}).get("vnpuId") == vnpu.id
-            and (o.get("spec") or {}).get("nodeName") == self.node
+            if k != key and (a := AllocationView.of(o)).id == vnpu.id and a.node == self.node
         )
         if others:
             return f"vNPU {vnpu.id} is still held by allocation {', '.join(others)}"
@@ -522,9 +522,10 @@ class AllocationServer:
         """The vNPU ids of the allocations not being deleted, but `exclude`'s;
         `served`: only those the agent said Ready."""
         return {
-            obj.get("spec", {}).get("vnpuId")
+            a.id
             for key, obj in self.allocs.items()
             if key != exclude
-            and not obj.get("metadata", {}).get("deletionTimestamp")
-            and (not served or (obj.get("status") or {}).get("phase") == names.PHASE_READY)
+            and not (a := AllocationView.of(obj)).deleting
+            and (not served or a.phase == names.PHASE_READY)
+            and a.id is not None
         }

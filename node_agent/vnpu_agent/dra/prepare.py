@@ -33,6 +33,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_agent import cdi
+from vnpu_agent.allocation import AllocationView
 from vnpu_agent.dra import metadata
 from vnpu_agent.dra.checkpoint import COMPLETED, STARTED, Checkpoint, Entry
 from vnpu_agent.dra.checkpoint import ClaimId as ClaimId  # what plugin.py names calls by
@@ -431,25 +432,28 @@ class Preparer:
         obj = await self.reader.allocation(claim.namespace, name)
         if obj is None:
             raise PrepareError(f"{where} not found (the operator has not written it yet)")
-        spec, status = obj.get("spec") or {}, obj.get("status") or {}
-        if (spec.get("claim") or {}).get("uid") != claim.uid:
+        a, status = AllocationView.of(obj), obj.get("status") or {}
+        if a.claim_uid != claim.uid:
             raise PrepareError(f"{where} serves another claim")
-        if spec.get("nodeName") != self.node:
-            raise PrepareError(f"{where} is for node {spec.get('nodeName')}, not {self.node}")
-        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if a.node != self.node:
+            raise PrepareError(f"{where} is for node {a.node}, not {self.node}")
+        if a.deleting:
             raise PrepareError(f"{where} is being deleted")
-        phase = status.get("phase") or names.PHASE_PENDING
+        phase = a.phase or names.PHASE_PENDING
         if phase != names.PHASE_READY:
             why = f": {status['message']}" if status.get("message") else ""
             raise PrepareError(f"{where} is {phase}, not Ready{why}")
+        if a.id is None:
+            # The operator always writes one; the schema does not require it.
+            raise PrepareError(f"{where} names no vNPU")
         return PreparedDevice(
             request=str(result.get("request")),
             pool=self.node,
             device=device,
-            vnpu_id=int(spec["vnpuId"]),
-            template=str(spec.get("template", "")),
+            vnpu_id=a.id,
+            template=a.template,
             cdi_ids=(cdi.claim_device_id(claim.uid, device),),
-            chip=int(spec.get("chip", -1)),
+            chip=-1 if a.chip is None else a.chip,
         )
 
     async def _recorded_pod_claim_name(

@@ -64,6 +64,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from vnpu_agent.allocation import AllocationView
 from vnpu_common import names
 from vnpu_common.api.models import ChipStatus, TemplateResources
 from vnpu_common.fits import id_range_size, instances, largest
@@ -150,16 +151,13 @@ def _accounted(allocations: Iterable[Mapping[str, Any]], node: str) -> set[tuple
     and then it is held. An allocation of an annotated pod is never the
     scheduler's: its vNPU is held."""
     out: set[tuple[int, int, str]] = set()
-    for obj in allocations:
-        spec = obj.get("spec") or {}
-        if not spec.get("claim") or spec.get("nodeName") != node:
+    for a in map(AllocationView.of, allocations):
+        if not a.dra or a.node != node:
             continue
-        releasing = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
-        if releasing and (obj.get("status") or {}).get("phase") == names.PHASE_RELEASING:
+        if a.deleting and a.phase == names.PHASE_RELEASING:
             continue
-        chip, vnpu_id = spec.get("chip"), spec.get("vnpuId")
-        if isinstance(chip, int) and isinstance(vnpu_id, int):
-            out.add((chip, vnpu_id, str(spec.get("template", ""))))
+        if a.chip is not None and a.id is not None:
+            out.add((a.chip, a.id, a.template))
     return out
 
 
