@@ -33,7 +33,6 @@ from vnpu_agent.publisher import NodePublisher
 from vnpu_agent.serving import MAX_CREATE_ATTEMPTS, AllocationServer
 from vnpu_common.faults import log_retry
 from vnpu_common.types import Raw
-from vnpu_common.workqueue import WorkQueue
 
 __all__ = ["MAX_CREATE_ATTEMPTS", "NodeAgent"]
 
@@ -97,19 +96,7 @@ class NodeAgent:
         )
         self._tasks: list[asyncio.Task[None]] = []
 
-    # -- what other modules and the tests read -------------------------------
-
-    @property
-    def driver(self) -> Driver:
-        return self.view.driver
-
-    @driver.setter
-    def driver(self, driver: Driver) -> None:
-        self.view.driver = driver
-
-    @property
-    def queue(self) -> WorkQueue:
-        return self.serving.queue
+    # -- what the metrics collector reads (metrics.NodeState) and main.Agent.ready --
 
     @property
     def vnpus(self) -> dict[int, VNPU]:
@@ -127,25 +114,12 @@ class NodeAgent:
     def driver_ok(self) -> bool:
         return self.view.ok
 
-    @driver_ok.setter
-    def driver_ok(self, ok: bool) -> None:
-        self.view.ok = ok
-
     @property
     def dra_pool_published(self) -> bool | None:
         return None if self.pool is None else self.pool.published
 
     def referenced_ids(self) -> set[int]:
         return self.serving.referenced_ids()
-
-    async def refresh_driver(self) -> None:
-        await self.view.refresh()
-
-    async def reconcile(self, key: str) -> None:
-        await self.serving.reconcile(key)
-
-    async def publish(self) -> None:
-        await self.publisher.publish()
 
     # -- wiring ------------------------------------------------------------
 

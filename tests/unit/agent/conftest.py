@@ -44,7 +44,7 @@ def new_agent(tmp_path: Path) -> NewAgent:
         agent = NodeAgent(
             "n1", sim, cast(AgentApi, api), settings, AgentMetrics(), synced=lambda: True
         )
-        await agent.refresh_driver()
+        await agent.view.refresh()
         return agent
 
     return make

@@ -49,7 +49,7 @@ NewAgent = Callable[..., Awaitable[NodeAgent]]
 async def _served(new_agent: NewAgent, name: str = "a", vnpu_id: int = 100) -> NodeAgent:
     agent = await new_agent(Api(), interval=3600)
     agent.allocs[f"team-a/{name}"] = allocation(name, vnpu_id)
-    await agent.reconcile(f"team-a/{name}")
+    await agent.serving.reconcile(f"team-a/{name}")
     api = agent.api
     assert isinstance(api, Api)
     assert api.status[name]["phase"] == names.PHASE_READY
@@ -64,10 +64,10 @@ async def _refused_then_failed(agent: NodeAgent, key: str, why: str) -> dict[str
     name = key.split("/")[1]
     for _ in range(MAX_CREATE_ATTEMPTS - 1):
         with pytest.raises(RetryLater, match=why):
-            await agent.reconcile(key)
+            await agent.serving.reconcile(key)
         assert name not in api.status  # nothing written while it retries
-        agent.queue._failures[key] = agent.queue.failures(key) + 1
-    await agent.reconcile(key)
+        agent.serving.queue._failures[key] = agent.serving.queue.failures(key) + 1
+    await agent.serving.reconcile(key)
     status = api.status[name]
     assert status["phase"] == names.PHASE_FAILED
     assert why in status["message"]
@@ -81,7 +81,7 @@ async def test_an_open_vnpu_left_by_a_vanished_allocation_is_not_adopted(
     new_agent: NewAgent,
 ) -> None:
     agent = await _served(new_agent)
-    driver = agent.driver
+    driver = agent.view.driver
     assert isinstance(driver, SimDriver)
     driver.open_vnpu(100)
     # Its finalizer removed by someone else while the destroy was deferred: the
@@ -90,7 +90,7 @@ async def test_an_open_vnpu_left_by_a_vanished_allocation_is_not_adopted(
     gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     await agent.on_event("DELETED", gone)
     agent.allocs["team-a/b"] = allocation("b", 100)
-    await agent.refresh_driver()
+    await agent.view.refresh()
     await _refused_then_failed(agent, "team-a/b", "open in a container")
     assert [v.id for v in driver.list_vnpus(0)] == [100]  # untouched, still open
 
@@ -110,26 +110,26 @@ async def test_a_vnpu_whose_destroy_is_deferred_is_waited_for_then_created_afres
     agent = await _served(new_agent)
     api = agent.api
     assert isinstance(api, Api)
-    driver = agent.driver
+    driver = agent.view.driver
     assert isinstance(driver, SimDriver)
     driver.open_vnpu(100)
     agent.allocs["team-a/a"]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     with pytest.raises(RetryLater, match="deferred"):
-        await agent.reconcile("team-a/a")
+        await agent.serving.reconcile("team-a/a")
     agent.allocs["team-a/b"] = allocation("b", 100)
-    await agent.refresh_driver()
+    await agent.view.refresh()
     with pytest.raises(RetryLater, match="held by allocation team-a/a"):
-        await agent.reconcile("team-a/b")
+        await agent.serving.reconcile("team-a/b")
     assert "b" not in api.status
 
     # The container lets go: the deferred destroy finishes (the new allocation,
     # never served, does not hold the vNPU), and it gets a vNPU of its own.
     driver.release_vnpu(100)
-    await agent.reconcile("team-a/a")
+    await agent.serving.reconcile("team-a/a")
     assert api.finalizers_removed == ["a"]
     assert driver.list_vnpus(0) == []
     await agent.on_event("DELETED", agent.allocs["team-a/a"])
-    await agent.reconcile("team-a/b")
+    await agent.serving.reconcile("team-a/b")
     (ready,) = [c for c in api.status["b"]["conditions"] if c["type"] == names.COND_READY]
     assert ready["reason"] == names.REASON_CREATED
 
@@ -144,12 +144,12 @@ async def test_a_vnpu_made_for_this_allocation_before_a_crash_is_adopted(
     new_agent: NewAgent,
 ) -> None:
     agent = await new_agent(Api(), interval=3600)
-    driver = agent.driver
+    driver = agent.view.driver
     assert isinstance(driver, SimDriver)
     driver.create_vnpu(0, "vir05_1c_16g", 100)  # created, then the agent died
-    await agent.refresh_driver()
+    await agent.view.refresh()
     agent.allocs["team-a/a"] = allocation("a", 100)
-    await agent.reconcile("team-a/a")
+    await agent.serving.reconcile("team-a/a")
     api = agent.api
     assert isinstance(api, Api)
     assert api.status["a"]["phase"] == names.PHASE_READY
@@ -162,10 +162,10 @@ async def test_a_served_allocation_whose_vnpu_is_open_stays_ready(new_agent: New
     agent = await _served(new_agent)
     api = agent.api
     assert isinstance(api, Api)
-    driver = agent.driver
+    driver = agent.view.driver
     assert isinstance(driver, SimDriver)
     driver.open_vnpu(100)
     agent.allocs["team-a/a"] = {**agent.allocs["team-a/a"], "status": api.status["a"]}
-    await agent.refresh_driver()
-    await agent.reconcile("team-a/a")
+    await agent.view.refresh()
+    await agent.serving.reconcile("team-a/a")
     assert api.status["a"]["phase"] == names.PHASE_READY

@@ -83,36 +83,36 @@ async def agent(new_agent: Callable[..., Awaitable[NodeAgent]]) -> NodeAgent:
 async def test_the_echo_of_the_ready_write_is_not_reconciled(agent: NodeAgent) -> None:
     server = cast(ServerApi, agent.api)
     await agent.on_event("ADDED", copy.deepcopy(server.obj))
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     assert server.status_writes == 1
     assert server.obj["status"]["phase"] == names.PHASE_READY
-    assert [v.id for v in agent.driver.list_vnpus(0)] == [100]
+    assert [v.id for v in agent.view.driver.list_vnpus(0)] == [100]
 
     await agent.on_event("MODIFIED", copy.deepcopy(server.obj))  # the echo
-    assert not agent.queue.busy(KEY)
+    assert not agent.serving.queue.busy(KEY)
     assert agent.allocs[KEY]["status"]["phase"] == names.PHASE_READY
 
 
 async def test_a_change_after_the_write_is_reconciled(agent: NodeAgent) -> None:
     server = cast(ServerApi, agent.api)
     await agent.on_event("ADDED", copy.deepcopy(server.obj))
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
 
     # Not the echo: the object was deleted right after our write, so the
     # first event the agent sees carries a newer version than it wrote.
     server.obj["metadata"]["deletionTimestamp"] = "2026-11-23T00:00:00Z"
     server._bump()
     await agent.on_event("MODIFIED", copy.deepcopy(server.obj))
-    assert agent.queue.busy(KEY)
-    await agent.queue.idle()
+    assert agent.serving.queue.busy(KEY)
+    await agent.serving.queue.idle()
     assert server.finalizers_removed == 1
-    assert agent.driver.list_vnpus(0) == []
+    assert agent.view.driver.list_vnpus(0) == []
 
 
 async def test_a_hand_edited_status_after_the_echo_is_put_back(agent: NodeAgent) -> None:
     server = cast(ServerApi, agent.api)
     await agent.on_event("ADDED", copy.deepcopy(server.obj))
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     await agent.on_event("MODIFIED", copy.deepcopy(server.obj))  # the echo
 
     # An edit of the status by someone else is a new version: reconciled,
@@ -120,6 +120,6 @@ async def test_a_hand_edited_status_after_the_echo_is_put_back(agent: NodeAgent)
     server.obj["status"]["devicePath"] = "/dev/vdavinci999"
     server._bump()
     await agent.on_event("MODIFIED", copy.deepcopy(server.obj))
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     assert server.status_writes == 2
     assert server.obj["status"]["devicePath"] == names.device_path(100)

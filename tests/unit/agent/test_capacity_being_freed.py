@@ -23,8 +23,8 @@ async def full_chip(new_agent: Callable[..., Awaitable[NodeAgent]]) -> NodeAgent
     for i in range(4):
         obj = allocation(f"a{i}", 100 + i)
         agent.allocs[f"team-a/a{i}"] = obj
-        await agent.reconcile(f"team-a/a{i}")
-    assert sorted(v.id for v in agent.driver.list_vnpus(0)) == [100, 101, 102, 103]
+        await agent.serving.reconcile(f"team-a/a{i}")
+    assert sorted(v.id for v in agent.view.driver.list_vnpus(0)) == [100, 101, 102, 103]
     return agent
 
 
@@ -37,14 +37,14 @@ async def test_capacity_held_by_an_allocation_being_deleted_is_waited_for(
     agent.allocs["team-a/new"] = allocation("new", 104)
 
     with pytest.raises(RetryLater, match="being released"):
-        await agent.reconcile("team-a/new")
+        await agent.serving.reconcile("team-a/new")
     assert "new" not in api.status  # not Failed: the pod keeps its place
 
-    await agent.reconcile("team-a/a0")  # the release the watch gap delayed
+    await agent.serving.reconcile("team-a/a0")  # the release the watch gap delayed
     assert api.finalizers_removed == ["a0"]
-    await agent.reconcile("team-a/new")
+    await agent.serving.reconcile("team-a/new")
     assert api.status["new"]["phase"] == names.PHASE_READY
-    assert sorted(v.id for v in agent.driver.list_vnpus(0)) == [101, 102, 103, 104]
+    assert sorted(v.id for v in agent.view.driver.list_vnpus(0)) == [101, 102, 103, 104]
 
 
 async def test_an_orphan_of_ours_counts_as_being_freed(full_chip: NodeAgent) -> None:
@@ -53,14 +53,14 @@ async def test_an_orphan_of_ours_counts_as_being_freed(full_chip: NodeAgent) -> 
     del full_chip.allocs["team-a/a0"]
     full_chip.allocs["team-a/new"] = allocation("new", 104)
     with pytest.raises(RetryLater):
-        await full_chip.reconcile("team-a/new")
+        await full_chip.serving.reconcile("team-a/new")
 
 
 async def test_a_chip_full_of_live_vnpus_fails_the_allocation(full_chip: NodeAgent) -> None:
     api = full_chip.api
     assert isinstance(api, AllocationApi)
     full_chip.allocs["team-a/new"] = allocation("new", 104)
-    await full_chip.reconcile("team-a/new")  # no RetryLater: nothing will free room
+    await full_chip.serving.reconcile("team-a/new")  # no RetryLater: nothing will free room
     assert api.status["new"]["phase"] == names.PHASE_FAILED
     assert "not enough AICore" in api.status["new"]["message"]
 
@@ -76,7 +76,7 @@ async def test_a_vnpu_a_live_allocation_also_names_is_not_destroyed(
     twin = {**allocation("twin", 100), "status": {"phase": names.PHASE_READY}}
     full_chip.allocs["team-a/twin"] = twin
     full_chip.allocs["team-a/a0"]["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
-    await full_chip.reconcile("team-a/a0")
+    await full_chip.serving.reconcile("team-a/a0")
     assert api.finalizers_removed == ["a0"]
-    assert 100 in {v.id for v in full_chip.driver.list_vnpus(0)}
+    assert 100 in {v.id for v in full_chip.view.driver.list_vnpus(0)}
     assert not full_chip.serving._being_freed(0)  # vNPU 100 is twin's now

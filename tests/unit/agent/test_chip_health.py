@@ -40,12 +40,12 @@ async def test_an_unhealthy_chip_is_a_condition_and_an_event_and_recovers(
     agent: NodeAgent, sim: SimDriver
 ) -> None:
     api = cast(RecordingApi, agent.api)
-    await agent.publish()
+    await agent.publisher.publish()
     assert chips_healthy(api)["status"] == "True"
     assert api.events == []
 
     sim.set_chip_health(1, False)
-    await agent.publish()
+    await agent.publisher.publish()
     cond = chips_healthy(api)
     assert (cond["status"], cond["reason"]) == ("False", names.REASON_CHIP_UNHEALTHY)
     assert "unhealthy chips: 1;" in cond["message"]
@@ -62,12 +62,12 @@ async def test_an_unhealthy_chip_is_a_condition_and_an_event_and_recovers(
     unhealthy_since = cond["lastTransitionTime"]
 
     # Still unhealthy: nothing new is said, the condition keeps its time.
-    await agent.publish()
+    await agent.publisher.publish()
     assert len(api.events) == 1
     assert chips_healthy(api)["lastTransitionTime"] == unhealthy_since
 
     sim.set_chip_health(1, True)
-    await agent.publish()
+    await agent.publisher.publish()
     cond = chips_healthy(api)
     assert (cond["status"], cond["reason"]) == ("True", names.REASON_CHIP_HEALTHY)
     assert api.events[1:] == [
@@ -83,15 +83,15 @@ async def test_an_unhealthy_chip_is_a_condition_and_an_event_and_recovers(
 async def test_a_chip_unhealthy_at_start_is_told_once(agent: NodeAgent, sim: SimDriver) -> None:
     api = cast(RecordingApi, agent.api)
     sim.set_chip_health(0, False)
-    await agent.publish()
-    await agent.publish()
+    await agent.publisher.publish()
+    await agent.publisher.publish()
     assert [e[2] for e in api.events] == [names.REASON_CHIP_UNHEALTHY]
     assert chips_healthy(api)["message"].startswith("unhealthy chips: 0;")
 
 
 async def test_the_status_echoes_the_admins_cordon_for_kubectl_get(agent: NodeAgent) -> None:
     api = cast(RecordingApi, agent.api)
-    await agent.publish()
+    await agent.publisher.publish()
     assert (api.status["cordoned"], api.status["unhealthy"]) == ("", "")
     meta = {"name": "n1", "labels": {names.LABEL_NODE: "n1"}}
     spec = {"cordonedChips": [{"chip": 1, "reason": "fan"}, {"chip": 0, "reason": "ECC"}]}

@@ -93,7 +93,7 @@ def test_old_and_new_namespace_names_that_disagree_are_refused(
 
 
 def test_driver_defaults_to_the_charts_and_to_sim_for_simulated_nodes() -> None:
-    """A node's agent defaults to dcmi, as the chart's agent.driver does; the
+    """A node's agent defaults to dcmi, as the chart's agent.view.driver does; the
     demo's and benchmarks' --simulate-nodes imply sim."""
     assert parse_args(["--node-name=n"]).driver == "dcmi"
     assert parse_args(["--simulate-nodes=a,b"]).driver == "sim"

@@ -81,7 +81,7 @@ async def test_the_pool_published_gauge_follows_the_pool(tmp_path: Path) -> None
     fake.fail = 1
     task = asyncio.create_task(pool.run())
     try:
-        await agent.publish()
+        await agent.publisher.publish()
         for _ in range(200):
             if pool.published:
                 break
@@ -117,14 +117,14 @@ async def test_a_pool_adopted_as_it_stands_is_published_and_no_dra_no_series(
 ) -> None:
     fake = FakeSlices()
     first = await dra_agent(tmp_path, fake)
-    await first.publish()
+    await first.publisher.publish()
     await pool_of(first).sync()
     writes = len(fake.writes)
     # An agent restart: the pool is in the API already.
     (tmp_path / "again").mkdir()
     again = await watched(tmp_path / "again", fake)
     again.publisher.feed_pool()
-    await again.publish()
+    await again.publisher.publish()
     await pool_of(again).sync()
     assert len(fake.writes) == writes
     assert published(again) == [("n1", 1.0)]

@@ -466,7 +466,7 @@ async def test_a_prepared_claims_vnpu_is_destroyed_only_after_unprepare(
     obj = dra_alloc(phase=None)
     key = f"{NS}/{obj['metadata']['name']}"
     agent.allocs[key] = obj
-    await agent.reconcile(key)
+    await agent.serving.reconcile(key)
     name = obj["metadata"]["name"]
     assert api.status[name]["phase"] == names.PHASE_READY
     obj["status"] = api.status[name]
@@ -481,7 +481,7 @@ async def test_a_prepared_claims_vnpu_is_destroyed_only_after_unprepare(
     # kubelet has not unprepared the claim, so its containers may still run.
     obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     with pytest.raises(RetryLater, match="still prepared"):
-        await agent.reconcile(key)
+        await agent.serving.reconcile(key)
     assert 100 in agent.vnpus
     assert api.finalizers_removed == []
     assert api.status[name]["phase"] == names.PHASE_RELEASING
@@ -493,7 +493,7 @@ async def test_a_prepared_claims_vnpu_is_destroyed_only_after_unprepare(
     agent.serving.queue.add = queued.append  # type: ignore[method-assign]
     await p.unprepare(("c", UID))
     assert queued == [key]
-    await agent.reconcile(key)
+    await agent.serving.reconcile(key)
     assert 100 not in agent.vnpus
     assert api.finalizers_removed == [name]
 

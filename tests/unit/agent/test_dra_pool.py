@@ -95,7 +95,7 @@ async def dra_agent(tmp_path: Path, fake: FakeSlices, chips: str = "910B3=2") ->
         "n1", SimDriver(tmp_path / "sim.json", chips), cast(AgentApi, RecordingApi()),
         settings, AgentMetrics(), synced=lambda: True, slice_api=cast(SliceApi, fake),
     )  # fmt: skip
-    await agent.refresh_driver()
+    await agent.view.refresh()
     return agent
 
 
@@ -107,7 +107,7 @@ def pool_of(agent: NodeAgent) -> PoolPublisher:
 async def test_the_pool_is_written_once_with_the_status_saying_dra(tmp_path: Path) -> None:
     fake = FakeSlices()
     agent = await dra_agent(tmp_path, fake)
-    await agent.publish()
+    await agent.publisher.publish()
     assert cast(RecordingApi, agent.api).status["dra"] is True
     await pool_of(agent).sync()
     assert fake.writes == [("create", "n1-vnpu-counters-000"), ("create", "n1-vnpu-devices-000")]
@@ -125,7 +125,7 @@ async def test_every_chip_offers_its_models_templates_as_devices(tmp_path: Path)
     # is built from chips that each carry their model's list.
     fake = FakeSlices()
     agent = await dra_agent(tmp_path, fake, chips="910B3=1,310P3=1")
-    await agent.publish()
+    await agent.publisher.publish()
     assert "templates" not in cast(RecordingApi, agent.api).status["chips"][0]
     await pool_of(agent).sync()
     sim = SimDriver(tmp_path / "sim.json")
@@ -144,16 +144,16 @@ async def test_every_chip_offers_its_models_templates_as_devices(tmp_path: Path)
 async def test_a_live_claims_vnpu_changes_no_slice(tmp_path: Path) -> None:
     fake = FakeSlices()
     agent = await dra_agent(tmp_path, fake)
-    await agent.publish()
+    await agent.publisher.publish()
     pool = pool_of(agent)
     await pool.sync()
     pool._wake.clear()
     claim = allocation("a", 100, template="vir10_3c_32g")
     claim["spec"]["claim"] = {"name": "c", "uid": "u", "request": "npu", "device": "d"}
     await agent.on_event("ADDED", claim)
-    agent.driver.create_vnpu(0, "vir10_3c_32g", 100)
-    await agent.refresh_driver()
-    await agent.publish()
+    agent.view.driver.create_vnpu(0, "vir10_3c_32g", 100)
+    await agent.view.refresh()
+    await agent.publisher.publish()
     assert cast(RecordingApi, agent.api).status["vnpuCount"] == 1
     assert not pool._wake.is_set()
 
@@ -162,7 +162,7 @@ async def test_cordon_and_health_bump_the_generation_of_every_slice(tmp_path: Pa
     fake = FakeSlices()
     agent = await dra_agent(tmp_path, fake)
     pool = pool_of(agent)
-    await agent.publish()
+    await agent.publisher.publish()
     await pool.sync()
     assert len(fake.devices()) == 12
 
@@ -183,8 +183,8 @@ async def test_cordon_and_health_bump_the_generation_of_every_slice(tmp_path: Pa
     assert fake.devices()
     assert all(d.startswith("npu-0-") for d in fake.devices())
 
-    cast(SimDriver, agent.driver).set_chip_health(0, False)
-    await agent.publish()
+    cast(SimDriver, agent.view.driver).set_chip_health(0, False)
+    await agent.publisher.publish()
     await pool.sync()
     assert fake.generations() == {3}
     # The unhealthy chip offers nothing either; its counters stay. (The fake
@@ -200,7 +200,7 @@ async def test_a_slice_changed_or_deleted_by_someone_else_is_put_back(tmp_path: 
     fake = FakeSlices()
     agent = await dra_agent(tmp_path, fake, chips="310P3=16")
     pool = pool_of(agent)
-    await agent.publish()
+    await agent.publisher.publish()
     await pool.sync()
     assert len(fake.objects) == 2 + 7  # 16 x 28 devices: 20 of each chip, 8 in its room
     assert fake.generations() == {1}
@@ -221,7 +221,7 @@ async def test_recheck_wakes_the_task_once_the_chips_are_known(tmp_path: Path) -
     pool = pool_of(agent)
     pool.recheck()
     assert not pool._wake.is_set()
-    await agent.publish()
+    await agent.publisher.publish()
     pool._wake.clear()
     pool.recheck()
     assert pool._wake.is_set()
@@ -230,12 +230,12 @@ async def test_recheck_wakes_the_task_once_the_chips_are_known(tmp_path: Path) -
 async def test_a_pool_already_in_the_api_is_adopted_without_a_write(tmp_path: Path) -> None:
     fake = FakeSlices()
     first = await dra_agent(tmp_path, fake)
-    await first.publish()
+    await first.publisher.publish()
     await pool_of(first).sync()
     writes = len(fake.writes)
     # The agent restarts: same chips, same pool.
     again = await dra_agent(tmp_path, fake)
-    await again.publish()
+    await again.publisher.publish()
     await pool_of(again).sync()
     assert len(fake.writes) == writes
     assert pool_of(again).generation == 1
@@ -246,7 +246,7 @@ async def test_fields_the_server_drops_cause_no_rewrite(tmp_path: Path) -> None:
     drops sharedCounters: the pool is written once, not on every check."""
     fake = FakeSlices(drop=("sharedCounters",))
     agent = await dra_agent(tmp_path, fake)
-    await agent.publish()
+    await agent.publisher.publish()
     await pool_of(agent).sync()
     writes = len(fake.writes)
     await pool_of(agent).sync()
@@ -257,7 +257,7 @@ async def test_fewer_chips_delete_the_surplus_slices(tmp_path: Path) -> None:
     fake = FakeSlices()
     agent = await dra_agent(tmp_path, fake, chips="310P3=16")
     pool = pool_of(agent)
-    await agent.publish()
+    await agent.publisher.publish()
     await pool.sync()
     assert len(fake.objects) == 9
     pool.update(pool._chips[:4] if pool._chips else [], [])
@@ -275,7 +275,7 @@ async def test_failures_are_retried_and_never_end_the_task(tmp_path: Path) -> No
     pool = pool_of(agent)
     task = asyncio.create_task(pool.run())
     try:
-        await agent.publish()
+        await agent.publisher.publish()
         for _ in range(200):
             if fake.generations() == {1} and len(fake.objects) == 2:
                 break

@@ -152,24 +152,24 @@ async def test_a_foreign_vnpu_writes_the_pool_and_a_live_claims_vnpu_does_not(
     fake = FakeSlices()
     agent = await dra_agent(tmp_path, fake)
     pool = pool_of(agent)
-    await agent.publish()
+    await agent.publisher.publish()
     await pool.sync()
     writes = len(fake.writes)
-    sim = cast(SimDriver, agent.driver)
+    sim = cast(SimDriver, agent.view.driver)
 
     # A live claim's vNPU: nothing to write.
     await agent.on_event("ADDED", claim_alloc("a", 100))
     sim.create_vnpu(0, "vir10_3c_32g", 100)
     pool._wake.clear()
-    await agent.refresh_driver()
-    await agent.publish()
+    await agent.view.refresh()
+    await agent.publisher.publish()
     assert cast(RecordingApi, agent.api).status["vnpuCount"] == 1
     assert not pool._wake.is_set()
 
     # A foreign one (made by hand): the counters drop by its size.
     sim.create_vnpu(0, "vir10_3c_32g", 101)
-    await agent.refresh_driver()
-    await agent.publish()
+    await agent.view.refresh()
+    await agent.publisher.publish()
     assert pool._wake.is_set()
     await pool.sync()
     assert len(fake.writes) == writes + 2  # both slices, next generation
@@ -188,9 +188,9 @@ async def test_an_allocation_event_moves_what_is_held_without_a_status_write(
     pool = pool_of(agent)
     alloc = claim_alloc("a", 100)
     await agent.on_event("ADDED", alloc)
-    cast(SimDriver, agent.driver).create_vnpu(0, "vir10_3c_32g", 100)
-    await agent.refresh_driver()
-    await agent.publish()
+    cast(SimDriver, agent.view.driver).create_vnpu(0, "vir10_3c_32g", 100)
+    await agent.view.refresh()
+    await agent.publisher.publish()
     await pool.sync()
     pool._wake.clear()
 
@@ -204,7 +204,7 @@ async def test_an_allocation_event_moves_what_is_held_without_a_status_write(
 
     # Destroyed at last: the chip's whole room is back.
     pool._wake.clear()
-    agent.driver.destroy_vnpu(0, 100)
+    agent.view.driver.destroy_vnpu(0, 100)
     agent.view.removed(100)
     await agent.on_event("DELETED", releasing(alloc, deferred=True))
     assert pool._wake.is_set()
@@ -219,9 +219,9 @@ async def test_an_allocation_gone_while_its_vnpu_stands_is_held(tmp_path: Path) 
     pool = pool_of(agent)
     alloc = claim_alloc("a", 100)
     await agent.on_event("ADDED", alloc)
-    cast(SimDriver, agent.driver).create_vnpu(0, "vir10_3c_32g", 100)
-    await agent.refresh_driver()
-    await agent.publish()
+    cast(SimDriver, agent.view.driver).create_vnpu(0, "vir10_3c_32g", 100)
+    await agent.view.refresh()
+    await agent.publisher.publish()
     pool._wake.clear()
     # Its finalizer removed by someone else before the destroy: abandoned.
     await agent.on_event("DELETED", alloc)

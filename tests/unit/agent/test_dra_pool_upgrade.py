@@ -19,7 +19,7 @@ def unpadded(name: str) -> str:
 async def test_slices_under_the_old_unpadded_names_are_deleted_on_upgrade(tmp_path: Path) -> None:
     fake = FakeSlices()
     agent = await dra_agent(tmp_path, fake, chips="310P3=16")
-    await agent.publish()
+    await agent.publisher.publish()
     await pool_of(agent).sync()
     padded = sorted(fake.objects)
     assert padded[0] == "n1-vnpu-counters-000"
@@ -32,7 +32,7 @@ async def test_slices_under_the_old_unpadded_names_are_deleted_on_upgrade(tmp_pa
     fake.objects, fake.writes = old, []
 
     upgraded = await dra_agent(tmp_path, fake, chips="310P3=16")
-    await upgraded.publish()
+    await upgraded.publisher.publish()
     await pool_of(upgraded).sync()
     assert sorted(fake.objects) == padded
     assert sorted(n for op, n in fake.writes if op == "delete") == left

@@ -30,7 +30,7 @@ async def published(tmp_path: Path, fake: FakeSlices) -> tuple[NodeAgent, PoolPu
     echoes of that write delivered."""
     agent = await dra_agent(tmp_path, fake)
     pool = pool_of(agent)
-    await agent.publish()
+    await agent.publisher.publish()
     await pool.sync()
     for obj in fake.objects.values():
         await pool.on_slice_event("ADDED", copy.deepcopy(obj))
@@ -134,7 +134,7 @@ async def test_every_slice_written_is_counted_by_operation(tmp_path: Path) -> No
     fake = FakeSlices()
     agent = await dra_agent(tmp_path, fake, chips="310P3=16")
     pool = pool_of(agent)
-    await agent.publish()
+    await agent.publisher.publish()
     await pool.sync()
     pool.update(pool.chips[:4] if pool.chips else [], [])
     await pool.sync()

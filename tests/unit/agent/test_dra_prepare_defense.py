@@ -47,7 +47,7 @@ async def served(agent: NodeAgent, obj: dict[str, Any]) -> str:
     assert isinstance(api, Api)
     key = f"{NS}/{obj['metadata']['name']}"
     agent.allocs[key] = obj
-    await agent.reconcile(key)
+    await agent.serving.reconcile(key)
     obj["status"] = api.status[obj["metadata"]["name"]]
     assert obj["status"]["phase"] == names.PHASE_READY
     return key
@@ -108,7 +108,7 @@ async def test_a_release_during_a_prepare_waits_for_it_and_the_vnpu_survives(
     gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     agent.allocs[key] = gone
     with pytest.raises(RetryLater, match="being prepared"):
-        await agent.reconcile(key)
+        await agent.serving.reconcile(key)
     assert 100 in agent.vnpus
 
     reader.gate.set()
@@ -116,9 +116,9 @@ async def test_a_release_during_a_prepare_waits_for_it_and_the_vnpu_survives(
     assert answer[UID].devices, answer[UID].error
     assert 100 in agent.vnpus  # what the kubelet got exists
     with pytest.raises(RetryLater, match="still prepared"):
-        await agent.reconcile(key)
+        await agent.serving.reconcile(key)
     await p.unprepare([CLAIM])
-    await agent.reconcile(key)
+    await agent.serving.reconcile(key)
     assert 100 not in agent.vnpus
 
 
@@ -136,7 +136,7 @@ async def test_a_failed_prepare_lets_a_deferred_release_go_at_once(
     await inside(reader)
     agent.allocs[key] = deleting(obj)
     with pytest.raises(RetryLater):
-        await agent.reconcile(key)
+        await agent.serving.reconcile(key)
     queued: list[str] = []
     agent.serving.queue.add = queued.append  # type: ignore[method-assign]
     reader.gate.set()
@@ -228,7 +228,7 @@ async def test_after_a_reboot_prepare_checks_again_and_rebuilds_the_spec(
     assert not spec.exists()
 
     # The agent puts the vNPU back for the live allocation; the retry succeeds.
-    await agent.reconcile(f"{NS}/{obj['metadata']['name']}")
+    await agent.serving.reconcile(f"{NS}/{obj['metadata']['name']}")
     assert 100 in agent.vnpus
     assert (await rebooted.prepare([CLAIM]))[UID].devices
     assert spec.exists()
@@ -265,7 +265,7 @@ async def test_an_unreadable_checkpoint_holds_every_claim_until_the_kubelet_says
     # A running pod's deferral is kept: the release waits for the kubelet.
     agent.allocs[key] = deleting(obj)
     with pytest.raises(RetryLater, match="checkpoint was unreadable"):
-        await agent.reconcile(key)
+        await agent.serving.reconcile(key)
     assert 100 in agent.vnpus
     assert "checkpoint was unreadable" in (restarted.holds("any-other-claim") or "")
 
@@ -275,7 +275,7 @@ async def test_an_unreadable_checkpoint_holds_every_claim_until_the_kubelet_says
     again = preparer_for(agent, Reader(), tmp_path)
     assert again.holds(UID) is None
     assert again.holds("any-other-claim") is not None
-    await agent.reconcile(key)
+    await agent.serving.reconcile(key)
     assert 100 not in agent.vnpus
 
     # The way out once nothing uses the vNPUs: remove the kept file.

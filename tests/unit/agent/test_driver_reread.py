@@ -44,7 +44,7 @@ async def reread_with(agent_call: str, new_agent: NewAgent, tmp_path: Path) -> s
     agent = await new_agent(object(), driver=sim)
     assert set(agent.vnpus) == {100}
     sim.pause = True
-    resync = asyncio.create_task(agent.refresh_driver())
+    resync = asyncio.create_task(agent.view.refresh())
     await asyncio.to_thread(sim.listing_chip0.wait, 5)
     # Queued on the driver lock behind the listing of chip 0: runs before chip 1's.
     if agent_call == "destroy":
@@ -78,6 +78,6 @@ async def test_vnpus_of_a_chip_that_is_gone_are_dropped(
     agent = await new_agent(object(), driver=sim)
     assert set(agent.vnpus) == {116}
     # The node now reports one chip (a card removed): chip 1's vNPU is not present.
-    agent.driver = SimDriver(tmp_path / "other.json", "910B3=1")
-    await agent.refresh_driver()
+    agent.view.driver = SimDriver(tmp_path / "other.json", "910B3=1")
+    await agent.view.refresh()
     assert agent.vnpus == {}

@@ -58,7 +58,7 @@ async def agent(new_agent: Callable[..., Awaitable[NodeAgent]], sim: SimDriver) 
     agent = await new_agent(Api(), driver=sim, interval=0, settle=SETTLE)
     agent.clock = Clock()
     agent.serving.start()  # no allocation yet: only marks it started
-    await agent.publish()
+    await agent.publisher.publish()
     assert cast(Api, agent.api).writes == 1
     return agent
 
@@ -86,9 +86,9 @@ async def test_a_busy_node_writes_its_own_vnpus_once_the_settle_interval_passed(
     api, clock = cast(Api, agent.api), cast(Clock, agent.clock)
     clock.now += 2
     await agent.on_event("ADDED", allocation("p1-0", 100))
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     await until(lambda: put_off(agent))
-    assert [v.id for v in agent.driver.list_vnpus(0)] == [100]
+    assert [v.id for v in agent.view.driver.list_vnpus(0)] == [100]
     # Created, and the write put off to the settle interval's end.
     assert api.writes == 1
     pending = agent.publisher._pending
@@ -96,7 +96,7 @@ async def test_a_busy_node_writes_its_own_vnpus_once_the_settle_interval_passed(
     assert pending.when() - asyncio.get_running_loop().time() == pytest.approx(SETTLE - 2, abs=1)
 
     await agent.on_event("ADDED", allocation("p2-0", 101))
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     await asyncio.sleep(0.2)
     assert agent.publisher._pending is pending
     assert api.writes == 1
@@ -104,7 +104,7 @@ async def test_a_busy_node_writes_its_own_vnpus_once_the_settle_interval_passed(
     pending.cancel()
     agent.publisher._pending = None
     clock.now += SETTLE
-    await agent.publish()
+    await agent.publisher.publish()
     # One write tells both.
     assert api.writes == 2
     assert listed(api) == [(100, "team-a/p1-0"), (101, "team-a/p2-0")]
@@ -117,7 +117,7 @@ async def one_vnpu_written(agent: NodeAgent) -> tuple[Api, Clock, dict[str, Any]
     clock.now += SETTLE + 1
     obj = allocation("p1-0", 100)
     await agent.on_event("ADDED", copy.deepcopy(obj))
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     await until(lambda: api.writes == 2)
     return api, clock, obj
 
@@ -134,8 +134,8 @@ async def test_a_vnpu_destroyed_for_its_deleted_allocation_waits_for_the_settle_
     obj["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
     obj["metadata"]["resourceVersion"] = "20"
     await agent.on_event("MODIFIED", obj)
-    await agent.queue.idle()
-    assert agent.driver.list_vnpus(0) == []
+    await agent.serving.queue.idle()
+    assert agent.view.driver.list_vnpus(0) == []
     await until(lambda: put_off(agent))
     assert api.writes == 2
     assert listed(api) == [(100, "team-a/p1-0")]
@@ -145,7 +145,7 @@ async def test_a_vnpu_destroyed_for_its_deleted_allocation_waits_for_the_settle_
     pending.cancel()
     agent.publisher._pending = None
     clock.now += SETTLE
-    await agent.publish()
+    await agent.publisher.publish()
     assert api.writes == 3
     assert listed(api) == []
 
@@ -162,7 +162,7 @@ async def test_a_quiet_nodes_release_waits_too_and_the_next_vnpu_rides_along(
     obj["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
     obj["metadata"]["resourceVersion"] = "20"
     await agent.on_event("MODIFIED", obj)
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     await until(lambda: put_off(agent))
     assert api.writes == 2
     pending = agent.publisher._pending
@@ -172,9 +172,9 @@ async def test_a_quiet_nodes_release_waits_too_and_the_next_vnpu_rides_along(
 
     clock.now += 2
     await agent.on_event("ADDED", allocation("p2-0", 101))
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     await asyncio.sleep(0.2)
-    assert [v.id for v in agent.driver.list_vnpus(0)] == [101]
+    assert [v.id for v in agent.view.driver.list_vnpus(0)] == [101]
     assert api.writes == 2
     pending = agent.publisher._pending
     assert pending is not None
@@ -184,7 +184,7 @@ async def test_a_quiet_nodes_release_waits_too_and_the_next_vnpu_rides_along(
     pending.cancel()
     agent.publisher._pending = None
     clock.now += SETTLE
-    await agent.publish()
+    await agent.publisher.publish()
     assert api.writes == 3
     assert listed(api) == [(101, "team-a/p2-0")]
 
@@ -196,7 +196,7 @@ async def test_news_moves_a_put_off_write_earlier(agent: NodeAgent, sim: SimDriv
 
     clock.now += 1
     await agent.on_event("ADDED", allocation("p2-0", 101))
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     await until(lambda: put_off(agent))
     assert api.writes == 2
 
@@ -213,7 +213,7 @@ async def test_a_quiet_node_writes_its_own_vnpu_at_once(agent: NodeAgent) -> Non
     api, clock = cast(Api, agent.api), cast(Clock, agent.clock)
     clock.now += SETTLE + 1
     await agent.on_event("ADDED", allocation("p1-0", 100))
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     await until(lambda: api.writes == 2)
     assert listed(api) == [(100, "team-a/p1-0")]
 
@@ -328,25 +328,25 @@ async def test_the_finalizer_does_not_wait_for_a_write_that_began_before_the_des
     agent.serving.start()  # no allocation yet: only marks it started
     obj = allocation("p1-0", 100)
     await agent.on_event("ADDED", copy.deepcopy(obj))
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     await until(lambda: api.writes == 1)
 
     # A write begins while the vNPU exists, and is slow to land.
     api.blocking = True
     api.order.clear()
     agent.publisher._force = True
-    write = asyncio.create_task(agent.publish())
+    write = asyncio.create_task(agent.publisher.publish())
     await until(lambda: api.order == ["write started"])
     obj["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
     obj["metadata"]["resourceVersion"] = "20"
     await agent.on_event("MODIFIED", obj)
     await until(lambda: "finalizer removed" in api.order)
-    assert agent.driver.list_vnpus(0) == []
+    assert agent.view.driver.list_vnpus(0) == []
     assert api.order == ["write started", "finalizer removed"]
 
     api.gate.set()
     await write
-    await agent.queue.idle()
+    await agent.serving.queue.idle()
     assert api.order[:3] == ["write started", "finalizer removed", ("write landed", [100])]
     pending = agent.publisher._pending
     if pending is not None:

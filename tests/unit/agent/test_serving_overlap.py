@@ -51,7 +51,7 @@ async def until(cond: Callable[[], bool], what: str) -> None:
 
 
 def ids(agent: NodeAgent) -> list[int]:
-    return sorted(v.id for v in agent.driver.list_vnpus(0))
+    return sorted(v.id for v in agent.view.driver.list_vnpus(0))
 
 
 async def test_a_pods_second_vnpu_is_made_while_the_first_ones_write_is_pending(

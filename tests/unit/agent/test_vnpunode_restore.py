@@ -117,11 +117,11 @@ async def settle() -> None:
 async def test_a_late_echo_of_an_earlier_write_causes_no_write(
     agent: NodeAgent, api: RecordingApi
 ) -> None:
-    await agent.publish()
+    await agent.publisher.publish()
     first = copy.deepcopy(api.obj)
     agent.chips[0] = dataclasses.replace(agent.chips[0], aicore_free=0)
-    agent.driver_ok = False  # keep the edited chip: publish must not re-read the driver
-    await agent.publish()
+    agent.view.ok = False  # keep the edited chip: publish must not re-read the driver
+    await agent.publisher.publish()
     assert api.writes == ["status", "status"]
     # The watch delivers the first write's echo after the second write's answer...
     assert first is not None
@@ -138,11 +138,11 @@ async def test_an_echo_later_than_the_settle_delay_causes_no_write(
     # On a loaded API server the watch runs seconds behind the answers: the
     # echoes of two writes arrive long after both answers, with a pause
     # between them several times the settle delay.
-    await agent.publish()
+    await agent.publisher.publish()
     first = served(api)
     agent.chips[0] = dataclasses.replace(agent.chips[0], aicore_free=0)
-    agent.driver_ok = False
-    await agent.publish()
+    agent.view.ok = False
+    await agent.publisher.publish()
     second = served(api)
     await agent.on_node_event("MODIFIED", first)
     await settle()
@@ -157,7 +157,7 @@ async def test_an_echo_later_than_the_settle_delay_causes_no_write(
 async def test_a_change_after_the_echo_is_restored_without_waiting_for_the_bound(
     agent: NodeAgent, api: RecordingApi
 ) -> None:
-    await agent.publish()
+    await agent.publisher.publish()
     await agent.on_node_event("MODIFIED", served(api))  # the echo
     ours = someone_edits(api)
     await agent.on_node_event("MODIFIED", served(api))
@@ -173,7 +173,7 @@ async def test_without_its_echo_a_difference_is_restored_after_the_bound(
     # Should the echo of our write be lost in a way not foreseen (a listing
     # ends the wait), a foreign change must still be put back, after the bound.
     monkeypatch.setattr(mirror_module, "ECHO_WAIT_SECONDS", SETTLE * 6)
-    await agent.publish()
+    await agent.publisher.publish()
     ours = someone_edits(api)
     await agent.on_node_event("ADDED", served(api))
     await settle()
@@ -188,13 +188,13 @@ async def test_a_write_that_failed_is_written_again_and_its_echo_restores_nothin
     agent: NodeAgent, api: RecordingApi, caplog: pytest.LogCaptureFixture
 ) -> None:
     agent.publisher._backoff = Backoff(base=SETTLE, cap=SETTLE)
-    await agent.publish()
+    await agent.publisher.publish()
     await agent.on_node_event("MODIFIED", served(api))
-    agent.driver_ok = False
+    agent.view.ok = False
     agent.chips[0] = dataclasses.replace(agent.chips[0], aicore_free=0)
     api.fail_next = 2  # an overloaded API server: applied, answered 504, twice
     with pytest.raises(ApiException):
-        await agent.publish()
+        await agent.publisher.publish()
     # The watch shows the write that failed: ours, not someone else's.
     await agent.on_node_event("MODIFIED", served(api))
     await settle()
@@ -213,7 +213,7 @@ async def test_a_write_that_failed_is_written_again_and_its_echo_restores_nothin
 async def test_a_status_edited_by_someone_else_is_written_back(
     agent: NodeAgent, api: RecordingApi
 ) -> None:
-    await agent.publish()
+    await agent.publisher.publish()
     assert api.obj is not None
     ours = copy.deepcopy(api.obj["status"])
     api.obj["status"]["chips"][0]["aicoreFree"] = 0
@@ -230,12 +230,12 @@ async def test_a_status_edited_by_someone_else_is_written_back(
 async def test_a_deletion_during_a_write_is_not_hidden_by_its_answer(
     agent: NodeAgent, api: RecordingApi
 ) -> None:
-    await agent.publish()
+    await agent.publisher.publish()
     await agent.on_node_event("ADDED", served(api))
     api.gate = asyncio.Event()
-    agent.driver_ok = False
+    agent.view.ok = False
     agent.chips.pop()  # a change, so that publish writes
-    write = asyncio.create_task(agent.publish())
+    write = asyncio.create_task(agent.publisher.publish())
     await asyncio.sleep(0)
     assert api.writes[-1] == "status"
     # Deleted while the write's answer is on its way: the watch delivers the
@@ -258,7 +258,7 @@ async def test_a_deletion_during_a_write_is_not_hidden_by_its_answer(
 async def test_a_relabelled_vnpunode_gets_its_label_back(
     agent: NodeAgent, api: RecordingApi
 ) -> None:
-    await agent.publish()
+    await agent.publisher.publish()
     assert api.obj is not None
     api.obj["metadata"]["labels"] = {names.LABEL_NODE: "n2"}  # another node of this process
     await agent.on_node_event("MODIFIED", copy.deepcopy(api.obj))
