@@ -109,8 +109,8 @@ def survey(driver: Driver) -> list[ChipReport]:
     for chip in driver.list_chips():
         report = ChipReport(chip, find_model(chip.model))
         reports.append(report)
-        if report.model is None and driver.name == "dcmi":
-            # DCMI has no template list: the catalog is all it knows.
+        row = BACKENDS.get(driver.name)
+        if report.model is None and row is not None and row.catalog_templates:
             report.vnpus = driver.list_vnpus(chip.index)
             continue
         report.templates = driver.list_templates(chip.index)

@@ -68,6 +68,9 @@ class Backend:
     # The setting whose layout applies to a node without a sim.vnpu.io/chips
     # annotation; None: the backend's chips are real, no Node is read.
     layout_setting: str | None = None
+    # Its templates are the catalog's (it cannot list any): check lists none
+    # for a chip model the catalog lacks.
+    catalog_templates: bool = False
 
 
 def _sim() -> type[Any]:
@@ -154,6 +157,7 @@ BACKENDS: Final[Mapping[str, Backend]] = {
             lambda given: {"library": given.settings["dcmi_library"]},
             (Flag("dcmi-library", "the driver's libdcmi.so", "dcmi_library"),),
             lambda args, _: {"library": args["dcmi_library"]},
+            catalog_templates=True,
         ),
     )
 }
