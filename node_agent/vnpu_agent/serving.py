@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -201,13 +201,14 @@ class AllocationServer:
         """The node's allocations other than `claim_uid`'s that name `vnpu_id`,
         live or being released (until its finalizer goes, a released
         allocation's vNPU may still be in a container)."""
-        return sorted(
-            key
-            for key, obj in self.allocs.items()
-            if (a := AllocationView.of(obj)).id == vnpu_id
-            and a.node == self.node
-            and a.claim_uid != claim_uid
-        )
+        return sorted(key for key, a in self._naming(vnpu_id) if a.claim_uid != claim_uid)
+
+    def _naming(self, vnpu_id: int) -> Iterator[tuple[str, AllocationView]]:
+        """This node's allocations that name `vnpu_id`, whatever their state."""
+        for key, obj in self.allocs.items():
+            a = AllocationView.of(obj)
+            if a.id == vnpu_id and a.node == self.node:
+                yield key, a
 
     async def present(self, vnpu_id: int, chip: int, template: str) -> bool:
         """Whether the driver has the vNPU as that chip and template; the chip
@@ -301,11 +302,7 @@ class AllocationServer:
         has not been served yet; None when adopting it is safe (the agent made
         it for this allocation and crashed before saying Ready, or a reboot
         replayed it: no container has it open, nothing else names it)."""
-        others = sorted(
-            k
-            for k, o in self.allocs.items()
-            if k != key and (a := AllocationView.of(o)).id == vnpu.id and a.node == self.node
-        )
+        others = sorted(k for k, _ in self._naming(vnpu.id) if k != key)
         if others:
             return f"vNPU {vnpu.id} is still held by allocation {', '.join(others)}"
         if vnpu.in_use:
