@@ -30,7 +30,6 @@ from vnpu_common.rawcall import describe
 from vnpu_common.types import Raw
 from vnpu_common.workqueue import WorkQueue
 from vnpu_operator.admission import OfferedTemplates
-from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.advertise import Advertiser
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.inventories import Inventories
@@ -84,7 +83,6 @@ class Controller:
         expect: Expectations,
         inventories: Inventories,
         advertiser: Advertiser,
-        quotas: QuotaBook,
         waiting_line: WaitingLine,
         preemption: Preemption,
         placer: Placer,
@@ -95,10 +93,9 @@ class Controller:
         states: dict[str, PodState],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Built by wiring.build_controller. `pods`, `allocs`: the caches,
-        slim copies of what the watches deliver (by UID, by key); `states`:
-        what the operator remembers of each pod; `quotas`: the namespaces'
-        vNPU quotas, for the webhook's refusals."""
+        """Built by wiring.build_pods, with only the parts it drives. `pods`,
+        `allocs`: the caches, slim copies of what the watches deliver (by UID,
+        by key); `states`: what the operator remembers of each pod."""
         self.api = api
         self.settings = settings
         self.metrics = metrics
@@ -108,7 +105,6 @@ class Controller:
         self.expect = expect
         self.inventories = inventories
         self.advertiser = advertiser
-        self.quotas = quotas
         self.waiting_line = waiting_line
         self.preemption = preemption
         self.placer = placer

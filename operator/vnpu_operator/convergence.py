@@ -35,6 +35,7 @@ from vnpu_common.paging import pages
 from vnpu_common.rawcall import call_json
 from vnpu_common.types import Raw
 from vnpu_operator.controller import Controller
+from vnpu_operator.inventories import Inventories
 from vnpu_operator.slim import resource_version
 
 log = logging.getLogger(__name__)
@@ -213,11 +214,17 @@ class Convergence:
 
 
 def for_controller(
-    controller: Controller, api_client: client.ApiClient, *, interval: float, retry_max: float
+    controller: Controller,
+    inventories: Inventories,
+    pod_gone: Callable[[Raw], Awaitable[bool]],
+    api_client: client.ApiClient,
+    *,
+    interval: float,
+    retry_max: float,
 ) -> Convergence:
-    """Every kind the operator's caches hold, fed back into `controller`."""
+    """Every kind the operator's caches hold, fed back into `controller` and
+    `inventories`; `pod_gone` confirms a pod's absence before it is forgotten."""
     ours = f"/apis/{names.GROUP}/{names.VERSION}"
-    inventories = controller.inventories
     kinds = [
         Kind(
             "pod",
@@ -225,7 +232,7 @@ def for_controller(
             lambda: controller.pods,
             lambda obj: controller.pod_event("DELETED", obj),
             label_selector=f"{names.LABEL_MANAGED}=true",
-            confirm=controller.api.pod_gone,
+            confirm=pod_gone,
         ),
         Kind(
             "allocation",
@@ -247,5 +254,5 @@ def for_controller(
         ),
     ]
     return Convergence(
-        api_client, kinds, interval=interval, retry_max=retry_max, ready=lambda: controller.synced
+        api_client, kinds, interval=interval, retry_max=retry_max, ready=controller.is_synced
     )

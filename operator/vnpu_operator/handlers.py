@@ -23,6 +23,7 @@ import kopf
 
 from vnpu_common import names
 from vnpu_common.informer import Informer
+from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
 from vnpu_operator.convergence import Convergence
@@ -68,12 +69,15 @@ def register(
     informers: Sequence[Informer],
     leadership: Leadership | None = None,
     stop_serving: Callable[[], Awaitable[None]] | None = None,
+    *,
+    quotas: QuotaBook,
 ) -> None:
     """All handlers of the operator, bound to `controller`, and its other
     long-running tasks; `leadership` runs for the leader Lease once the
     caches are synced (a cold replica never takes over from a warm one) and
     hands it back at cleanup. `stop_serving` (the webhook's drain and stop)
-    runs at cleanup after the hand-back, with the caches still watched."""
+    runs at cleanup after the hand-back, with the caches still watched.
+    `quotas`: the webhook's view of the namespaces' vNPU quotas, fed here."""
     # Kopf runs a startup handler again if it fails: each list is filled once.
     pollers: list[asyncio.Task[None]] = []
     watches: list[asyncio.Task[None]] = []
@@ -118,4 +122,4 @@ def register(
     # The namespaces' vNPU quotas: the webhook refuses a pod over one in our words.
     @kopf.on.event("", "v1", "resourcequotas", registry=registry)
     async def quota_event(event: kopf.RawEvent, **_: Any) -> None:
-        controller.quotas.seen(event["object"], deleted=event["type"] == "DELETED")
+        quotas.seen(event["object"], deleted=event["type"] == "DELETED")

@@ -26,6 +26,7 @@ from vnpu_common.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES, Controller
 from vnpu_operator.dra.claims import ClaimController
+from vnpu_operator.inventories import Inventories
 from vnpu_operator.slim import identity, slim_allocation, slim_object, uid_of
 
 SOURCE_VNPUNODES, SOURCE_NODES, SOURCE_PODS, SOURCE_ALLOCATIONS = SOURCES
@@ -137,10 +138,11 @@ def allocation_informer(
 
 
 def vnpunode_informer(
-    api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
+    api_client: client.ApiClient,
+    controller: Controller,
+    inventories: Inventories,
+    settings: OperatorSettings,
 ) -> Informer:
-    inventories = controller.inventories
-
     async def handle(kind: str, obj: Raw) -> None:
         inventories.vnpunode_event(_event_type(kind), slim_object(obj))
 
@@ -149,12 +151,14 @@ def vnpunode_informer(
 
 
 def node_informer(
-    api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
+    api_client: client.ApiClient,
+    controller: Controller,
+    inventories: Inventories,
+    settings: OperatorSettings,
 ) -> Informer:
     """The inventories keep their own slim copy of a Node (labels, taints,
     our extended resources); a status heartbeat changes none of it."""
     core = client.CoreV1Api(api_client)
-    inventories = controller.inventories
 
     async def handle(kind: str, obj: Raw) -> None:
         inventories.node_event(_event_type(kind), obj)

@@ -12,8 +12,8 @@ from vnpu_common import names
 from vnpu_common.quantity import quantity_value
 from vnpu_operator.admission import OfferedTemplates
 from vnpu_operator.admission.charges import Charge, charge_for
+from vnpu_operator.admission.decisions import NOT_SYNCED, decide_mutation, decide_validation
 from vnpu_operator.admission.quotas import QuotaBook
-from vnpu_operator.admission.webhook import NOT_SYNCED, decide_mutation, decide_validation
 
 AICORE, MEMORY, VNPUS = names.RES_AICORE, names.RES_MEMORY_MB, names.RES_VNPUS
 # The default template's own resource: quota on requests.vnpu.io/<template> counts it.

@@ -12,8 +12,8 @@ from conftest import PodFactory
 
 from vnpu_common import names
 from vnpu_operator.admission import OfferedTemplates
+from vnpu_operator.admission.decisions import NOT_SYNCED, decide_mutation, decide_validation
 from vnpu_operator.admission.limits import Routing
-from vnpu_operator.admission.webhook import NOT_SYNCED, decide_mutation, decide_validation
 
 SMALL, BIG = "vir05_1c_16g", "vir10_3c_32g"
 SMALL_RES, BIG_RES = names.template_resource(SMALL), names.template_resource(BIG)

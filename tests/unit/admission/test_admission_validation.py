@@ -10,7 +10,7 @@ import pytest
 from vnpu_common import names
 from vnpu_common.api.models import VNPUNodeStatus
 from vnpu_operator.admission import OfferedTemplates, validate_pod
-from vnpu_operator.admission.webhook import decide_mutation, decide_validation
+from vnpu_operator.admission.decisions import decide_mutation, decide_validation
 
 PodFactory = Callable[..., dict[str, Any]]
 

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from vnpu_common import names
 from vnpu_operator.admission import OfferedTemplates, create_app
-from vnpu_operator.admission.webhook import NOT_SYNCED, decide_validation
+from vnpu_operator.admission.decisions import NOT_SYNCED, decide_validation
 
 PodFactory = Callable[..., dict[str, Any]]
 

@@ -23,7 +23,7 @@ from vnpu_operator.podstate import Write
 from vnpu_operator.slim import identity, slim_allocation
 from vnpu_operator.waiting import WIDTH
 from vnpu_operator.watches import last_known_allocation
-from vnpu_operator.wiring import build_controller
+from vnpu_operator.wiring import build_pods
 
 NOW = 1_800_000_000.0
 
@@ -114,12 +114,12 @@ class World:
     def __init__(self, api: FakeApi | None = None, **settings: Any) -> None:
         self.api = api or FakeApi()
         self.now = NOW
-        self.controller = build_controller(
+        self.controller = build_pods(
             cast(OperatorApi, self.api),
             OperatorSettings(**settings),
             OperatorMetrics(),
             wall=lambda: self.now,
-        )
+        ).controller
 
     def add_node(self, name: str, model: str = "910B3", chips: int = 1, **labels: str) -> None:
         c = self.controller

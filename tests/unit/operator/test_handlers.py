@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import kopf
 
+from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.convergence import Convergence
 from vnpu_operator.handlers import NoDiffBase, configure, register
@@ -11,15 +12,16 @@ from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leases import LeaseWatch
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.watches import managed_pod
-from vnpu_operator.wiring import build_controller
+from vnpu_operator.wiring import build_pods
 
 
 def test_kopf_watches_only_quotas_with_an_event_handler_so_it_keeps_no_state() -> None:
     registry = kopf.OperatorRegistry()
     settings = OperatorSettings()
-    controller = build_controller(OperatorApi.__new__(OperatorApi), settings, OperatorMetrics())
+    pods = build_pods(OperatorApi.__new__(OperatorApi), settings, OperatorMetrics())
     leases = LeaseWatch.__new__(LeaseWatch)
-    register(registry, controller, settings, leases, Convergence.__new__(Convergence), [])
+    convergence = Convergence.__new__(Convergence)
+    register(registry, pods.controller, settings, leases, convergence, [], quotas=QuotaBook())
     # Change-detecting handlers would make Kopf persist progress on objects
     # (writes) and would need the diff base NoDiffBase skips.
     assert list(registry._changing.get_all_handlers()) == []

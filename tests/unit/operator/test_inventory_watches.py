@@ -37,8 +37,9 @@ def with_uid(obj: dict[str, Any], uid: str) -> dict[str, Any]:
 
 def informers(w: World) -> tuple[Informer, Lister, Informer, Lister]:
     settings = OperatorSettings()
-    vnpunodes = vnpunode_informer(cast(Any, None), w.controller, settings)
-    nodes = node_informer(cast(Any, None), w.controller, settings)
+    inventories = w.controller.inventories
+    vnpunodes = vnpunode_informer(cast(Any, None), w.controller, inventories, settings)
+    nodes = node_informer(cast(Any, None), w.controller, inventories, settings)
     vnpunode_list, node_list = Lister(), Lister()
     vnpunodes._list_call, nodes._list_call = vnpunode_list, node_list
     return vnpunodes, vnpunode_list, nodes, node_list

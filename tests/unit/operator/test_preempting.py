@@ -19,7 +19,7 @@ from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.placement import Reason
 from vnpu_operator.steps import preempt
 from vnpu_operator.steps.preempt import foreign_nomination, restorable_claim
-from vnpu_operator.wiring import build_controller
+from vnpu_operator.wiring import build_pods
 
 BUDGET = "Cannot evict pod as it would violate the pod's disruption budget"
 
@@ -52,13 +52,13 @@ class Cluster(World):
     def __init__(self, **settings: Any) -> None:
         self.api = EvictingApi()
         self.now = self.clock = 1000.0
-        self.controller = build_controller(
+        self.controller = build_pods(
             cast(OperatorApi, self.api),
             OperatorSettings(**{"preemption": True, **settings}),
             OperatorMetrics(),
             clock=lambda: self.clock,
             wall=lambda: self.now,
-        )
+        ).controller
         self.add_node("n1")
 
     async def fill(self) -> None:
