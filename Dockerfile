@@ -4,7 +4,7 @@
 # `make image` without Docker (hack/image/build.sh runs it instruction by instruction in
 # chroots, with the debian base made from Debian's packages by mmdebstrap). It refuses
 # instructions and flags it does not implement, so keep to those in
-# hack/image/dockerfile.py. tests/unit/test_dockerfile.py checks the entrypoints, the
+# hack/image/dockerfile.py. tests/unit/release/test_dockerfile.py checks the entrypoints, the
 # Python version against pyproject.toml and that the daemonless build runs this file.
 #
 # Reproducible: the base is pinned by digest (the multi-arch index, so amd64 and arm64

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from vnpu_agent.drivers.catalog import Usage, find_model
-from vnpu_agent.drivers.sim_state import SimState
+from vnpu_agent.drivers.sim.state import SimState
 from vnpu_common import names
 
 ROOT = Path(__file__).resolve().parents[1]

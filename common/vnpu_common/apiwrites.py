@@ -21,19 +21,23 @@ loop.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Collection, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, Final
 
 import aiohttp
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
 
-from vnpu_common import rawcall
+from vnpu_common import names, rawcall
+from vnpu_common.patches import JSON_PATCH, finalizer_removal
 
 # The status label of a failed write that got no HTTP answer.
 NO_RESPONSE: Final = "none"
 LABELS: Final = ("operation", "status")
+# The answers to a finalizer's removal that leave nothing to do: gone, or a failed test.
+_FINALIZER_DONE: Final = (404, 422)
 
 # The statuses the caller acts on, or a test of the answer (a 429 may be a
 # PodDisruptionBudget's refusal or the server's throttling).
@@ -161,3 +165,39 @@ class Writes:
         if self.fence is not None:
             self.fence(operation)
         return await self._counted(operation, rawcall.call_json(fn, *args, **kwargs), expected)
+
+
+async def remove_allocation_finalizer(
+    writes: Writes, custom: client.CustomObjectsApi, meta: Mapping[str, Any]
+) -> ApiException | None:
+    """Takes our finalizer off a VNPUAllocation,
+    guarded by `test`s of the uid and the list (`finalizer_removal`), so that a
+    replaced object or a concurrent change fails the request instead of being
+    overwritten. The agent calls it once the vNPU is destroyed, the operator
+    for an allocation no agent will ever serve: one request, one way.
+
+    None when the finalizer is off (or was not there); else the refusal whose
+    answer leaves nothing to do now, not counted as a failure: 404 (the
+    object is gone) or 422 (a test failed: a replaced object, or a changed
+    list that the next event brings). Any other failure is counted and raised."""
+    ops = finalizer_removal(meta, names.ALLOCATION_FINALIZER)
+    if ops is None:
+        return None
+    try:
+        await writes.call(
+            "patch_allocation",
+            custom.patch_namespaced_custom_object,
+            names.GROUP,
+            names.VERSION,
+            meta["namespace"],
+            names.ALLOCATION_PLURAL,
+            meta["name"],
+            ops,
+            _content_type=JSON_PATCH,
+            expected=_FINALIZER_DONE,
+        )
+    except ApiException as exc:
+        if exc.status in _FINALIZER_DONE:
+            return exc
+        raise
+    return None

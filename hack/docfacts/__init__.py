@@ -1,5 +1,5 @@
 """Statements of fact the documents make about the chart and the code, checked against
-the chart and the code (tests/unit/test_doc_facts.py; issue 56, item 5).
+the chart and the code (tests/unit/docs/test_doc_facts.py; issue 56, item 5).
 
 A fact is read once, from where it is true: the operator's replicas from values.yaml,
 its rollout strategy from the Deployment template, which files call `lookup` from the

@@ -21,9 +21,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
 from vnpu_common import names
-from vnpu_common.apiwrites import Expected, Writes
+from vnpu_common.apiwrites import Expected, Writes, remove_allocation_finalizer
 from vnpu_common.events import event_body
-from vnpu_common.patches import JSON_PATCH, MERGE, finalizer_removal, uid_guard
+from vnpu_common.patches import JSON_PATCH, MERGE, uid_guard
 from vnpu_common.types import Raw
 
 log = logging.getLogger(__name__)
@@ -70,35 +70,14 @@ class AgentApi:
         return str((written.get("metadata") or {}).get("resourceVersion", ""))
 
     async def remove_finalizer(self, obj: Raw) -> None:
-        """JSON patch with `test`s of the uid and the list, so a replaced
-        object or a concurrent change fails the request instead of being
-        overwritten."""
+        """Once the vNPU is destroyed (`remove_allocation_finalizer`)."""
         meta = obj["metadata"]
-        ops = finalizer_removal(meta, names.ALLOCATION_FINALIZER)
-        if ops is None:
-            return
-        try:
-            await self._writes.call(
-                "patch_allocation",
-                self.custom.patch_namespaced_custom_object,
-                names.GROUP,
-                names.VERSION,
-                meta["namespace"],
-                names.ALLOCATION_PLURAL,
-                meta["name"],
-                ops,
-                _content_type=JSON_PATCH,
-                expected=(404, 422),
-            )
-        except ApiException as exc:
-            if exc.status == 422:
-                # A test failed: replaced object, or a changed list the next
-                # event brings (and the release runs again on it).
-                log.info("finalizer of %s/%s not removed: %s", meta["namespace"], meta["name"],
-                         exc.reason)  # fmt: skip
-                return
-            if exc.status != 404:
-                raise
+        refused = await remove_allocation_finalizer(self._writes, self.custom, meta)
+        if refused is not None and refused.status == 422:
+            # A test failed: replaced object, or a changed list the next
+            # event brings (and the release runs again on it).
+            log.info("finalizer of %s/%s not removed: %s", meta["namespace"], meta["name"],
+                     refused.reason)  # fmt: skip
 
     async def publish_node_status(self, node: str, status: dict[str, Any]) -> Raw:
         """Patches the status; creates the VNPUNode first if it is missing.

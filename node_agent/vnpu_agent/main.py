@@ -36,7 +36,7 @@ from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.leases import LeaseRenewer
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
-from vnpu_agent.watcher import AllocationWatcher, NodeWatcher
+from vnpu_agent.watcher import ListWatcher
 from vnpu_common import __version__, eventloop, gcfreeze, memory, names
 from vnpu_common.apiclient import api_client as new_api_client
 from vnpu_common.http import serve_component
@@ -94,8 +94,8 @@ class Agent:
         self.settings = settings
         self.metrics = AgentMetrics()
         self.nodes: dict[str, NodeAgent] = {}
-        self.watcher: AllocationWatcher | None = None
-        self.node_watcher: NodeWatcher | None = None
+        self.watcher: ListWatcher | None = None  # the allocations
+        self.node_watcher: ListWatcher | None = None  # the VNPUNodes
         self.api_client: client.ApiClient | None = None
 
     async def _dispatch(self, kind: str, obj: Raw) -> None:
@@ -155,16 +155,18 @@ class Agent:
                 await slice_api.check_served()
             except ResourceApiMissingError as exc:
                 raise SystemExit(f"vnpu-agent: {exc}") from None
-        self.watcher = AllocationWatcher(
+        self.watcher = ListWatcher(
             client.CustomObjectsApi(self.api_client),
+            names.ALLOCATION_PLURAL,
             s.nodes,
             self._dispatch,
             timeout_seconds=s.watch_timeout_seconds,
             retry_max_seconds=s.retry_max_seconds,
         )
         watcher = self.watcher
-        self.node_watcher = NodeWatcher(
+        self.node_watcher = ListWatcher(
             client.CustomObjectsApi(self.api_client),
+            names.NODE_PLURAL,
             s.nodes,
             self._dispatch_node,
             timeout_seconds=s.watch_timeout_seconds,
@@ -213,9 +215,7 @@ class Agent:
                 await plugin.stop()
             await self.api_client.close()
 
-    async def _check_modes(
-        self, watcher: AllocationWatcher, tasks: list[asyncio.Task[Any]]
-    ) -> None:
+    async def _check_modes(self, watcher: ListWatcher, tasks: list[asyncio.Task[Any]]) -> None:
         """Waits for the allocation view, then raises ModeConflictError if a
         node holds live allocations of the front-end this agent does not serve."""
         synced = asyncio.create_task(watcher.synced.wait(), name="synced")

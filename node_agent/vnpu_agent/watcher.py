@@ -1,6 +1,9 @@
 """The agent's watches, selected by the `vnpu.io/node` label of its node(s):
-the allocations it serves and its own VNPUNodes (vnpu_common.informer does
-the listing, resuming and re-listing).
+the allocations it serves (plural `names.ALLOCATION_PLURAL`) and its own
+VNPUNodes (`names.NODE_PLURAL`: what the server holds of the inventory it
+publishes, so that a VNPUNode changed or removed by someone else is noticed,
+NodeAgent.on_node_event). One class serves both; vnpu_common.informer does
+the listing, resuming and re-listing.
 
 The garbage collector reads `synced` and collects nothing while it is
 False: an allocation created while the watch was down must not look like an
@@ -44,52 +47,6 @@ class ListWatcher(Informer):
             partial(api.list_cluster_custom_object, names.GROUP, names.VERSION, plural),
             handler,
             label_selector=label_selector(nodes),
-            timeout_seconds=timeout_seconds,
-            retry_max_seconds=retry_max_seconds,
-        )
-
-
-class AllocationWatcher(ListWatcher):
-    """The allocations of this agent's node(s)."""
-
-    def __init__(
-        self,
-        api: client.CustomObjectsApi,
-        nodes: Iterable[str],
-        handler: Handler,
-        *,
-        timeout_seconds: int = 300,
-        retry_max_seconds: float = 30.0,
-    ) -> None:
-        super().__init__(
-            api,
-            names.ALLOCATION_PLURAL,
-            nodes,
-            handler,
-            timeout_seconds=timeout_seconds,
-            retry_max_seconds=retry_max_seconds,
-        )
-
-
-class NodeWatcher(ListWatcher):
-    """This agent's own VNPUNodes: what the server holds of the inventory it
-    publishes, so that a VNPUNode changed or removed by someone else is
-    noticed (NodeAgent.on_node_event)."""
-
-    def __init__(
-        self,
-        api: client.CustomObjectsApi,
-        nodes: Iterable[str],
-        handler: Handler,
-        *,
-        timeout_seconds: int = 300,
-        retry_max_seconds: float = 30.0,
-    ) -> None:
-        super().__init__(
-            api,
-            names.NODE_PLURAL,
-            nodes,
-            handler,
             timeout_seconds=timeout_seconds,
             retry_max_seconds=retry_max_seconds,
         )

@@ -2,7 +2,7 @@
 
 The webhook validates with this reading, and the operator places and counts
 with it, so a pod the webhook admitted cannot be read differently later
-(tests/unit/test_annotation_contract.py holds the two to each other).
+(tests/unit/admission/test_annotation_contract.py holds the two to each other).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
 from vnpu_common import names
-from vnpu_common.apiwrites import Writes
+from vnpu_common.apiwrites import Writes, remove_allocation_finalizer
 from vnpu_common.events import event_body, now_rfc3339
 from vnpu_common.patches import JSON_PATCH, MERGE, STRATEGIC, finalizer_removal
 from vnpu_common.rawcall import call_json
@@ -169,22 +169,7 @@ class OperatorApi:
         lifecycle.unservable): normally its node's agent removes it after
         destroying the vNPU. A 422 (the object was replaced, or the list
         changed) is left to the next event."""
-        ops = finalizer_removal(obj.get("metadata") or {}, names.ALLOCATION_FINALIZER)
-        if ops is None:
-            return
-        meta = obj["metadata"]
-        await self._write(
-            "patch_allocation",
-            self.custom.patch_namespaced_custom_object,
-            names.GROUP,
-            names.VERSION,
-            meta["namespace"],
-            names.ALLOCATION_PLURAL,
-            meta["name"],
-            ops,
-            _content_type=JSON_PATCH,
-            done=(404, 422),
-        )
+        await remove_allocation_finalizer(self._writes, self.custom, obj.get("metadata") or {})
 
     async def patch_node_status(self, name: str, patch: dict[str, Any]) -> None:
         """A merge patch of a Node's status (our extended resources); a node

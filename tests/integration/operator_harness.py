@@ -1,6 +1,6 @@
-"""Helpers for tests of the operator: the pods and allocations in the
-cluster, the audit log, and `Stack`, an agent and an operator run together
-(`localplane.components`)."""
+"""Helpers for tests of the operator: the pods, their Events and allocations
+in the cluster, the vNPUs a simulated driver holds, the audit log, and `Stack`,
+an agent and an operator run together (`localplane.components`)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,45 @@ from typing import Any
 from localplane import LocalPlane
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess
 from localplane.waiting import wait_for
+from vnpu_agent.drivers.base import VNPU
+from vnpu_agent.drivers.sim import SimDriver
 from vnpu_common import names
 
 
 def get_json(plane: LocalPlane, *args: str) -> Any:
     return plane.get_json(*args)
+
+
+def get_pod(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    pod: dict[str, Any] | None = get_json(plane, "pod", "-n", namespace, name)
+    return pod
+
+
+def pod_events(
+    plane: LocalPlane, namespace: str, name: str, reason: str | None = None
+) -> list[dict[str, Any]]:
+    """Events on the pod, optionally only those of one reason."""
+    selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
+    found = get_json(plane, "events", "-n", namespace, "--field-selector", selector) or {}
+    return [e for e in found.get("items", []) if reason is None or e.get("reason") == reason]
+
+
+def wait_event(
+    plane: LocalPlane, namespace: str, name: str, reason: str, timeout: float = 60
+) -> list[dict[str, Any]]:
+    """The pod's Events of `reason`, once there is at least one."""
+    events: list[dict[str, Any]] = wait_for(
+        f"{reason} Event on pod {namespace}/{name}",
+        lambda: pod_events(plane, namespace, name, reason),
+        timeout=timeout,
+        interval=0.5,
+    )
+    return events
+
+
+def sim_vnpus(sim: SimDriver) -> dict[int, VNPU]:
+    """vNPU id -> vNPU, as the simulated driver holds them."""
+    return {v.id: v for c in sim.list_chips() for v in sim.list_vnpus(c.index)}
 
 
 def pod_allocations(plane: LocalPlane, namespace: str, uid: str) -> list[dict[str, Any]]:

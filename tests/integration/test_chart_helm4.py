@@ -5,7 +5,7 @@ orders the documents of a file differently and keeps blank lines v3 drops), for 
 defaults and for the settings that read the cluster's version and APIs. Helm v3 is the
 plane's; Helm v4 is built from its module (hack/tools, `make release-tools`).
 
-The facts the documents are checked against (hack/docfacts, tests/unit/test_doc_facts.py)
+The facts the documents are checked against (hack/docfacts, tests/unit/docs/test_doc_facts.py)
 are read from the templates' source; here they are compared with the rendered chart.
 """
 

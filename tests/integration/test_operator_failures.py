@@ -24,7 +24,15 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_harness import Stack, get_json, pod_allocations
+from operator_harness import (
+    Stack,
+    get_json,
+    get_pod,
+    pod_allocations,
+    pod_events,
+    sim_vnpus,
+    wait_event,
+)
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AGENT_NAMESPACE, AgentProcess
@@ -132,11 +140,6 @@ def create_pod(plane: LocalPlane, pod: dict[str, Any]) -> None:
     plane.kubectl("create", "-f", "-", input=yaml.safe_dump(pod))
 
 
-def get_pod(plane: LocalPlane, namespace: str, name: str) -> dict[str, Any] | None:
-    out: dict[str, Any] | None = get_json(plane, "pod", "-n", namespace, name)
-    return out
-
-
 def list_pods(plane: LocalPlane, namespace: str) -> list[dict[str, Any]]:
     return list((get_json(plane, "pods", "-n", namespace) or {}).get("items", []))
 
@@ -178,14 +181,6 @@ def waiting_for_capacity(pod: dict[str, Any]) -> bool:
     )
 
 
-def pod_events(
-    plane: LocalPlane, namespace: str, name: str, reason: str | None = None
-) -> list[dict[str, Any]]:
-    selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
-    found = get_json(plane, "events", "-n", namespace, "--field-selector", selector) or {}
-    return [e for e in found.get("items", []) if reason is None or e.get("reason") == reason]
-
-
 def wait_running(
     plane: LocalPlane, namespace: str, name: str, timeout: float = 60
 ) -> dict[str, Any]:
@@ -215,18 +210,6 @@ def wait_condition(
     return pod
 
 
-def wait_event(
-    plane: LocalPlane, namespace: str, name: str, reason: str, timeout: float = 60
-) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = wait_for(
-        f"{reason} Event on pod {name}",
-        lambda: pod_events(plane, namespace, name, reason),
-        timeout=timeout,
-        interval=0.5,
-    )
-    return events
-
-
 def delete_pods_and_wait(plane: LocalPlane, namespace: str, timeout: float = 60) -> None:
     """Deletes every pod of the namespace; they go only once their vNPUs are destroyed."""
     plane.kubectl("delete", "pods", "-n", namespace, "--all", "--wait=false")
@@ -238,9 +221,10 @@ def delete_pods_and_wait(plane: LocalPlane, namespace: str, timeout: float = 60)
     )
 
 
-def sim_vnpus(sim: SimDriver) -> dict[int, tuple[int, str]]:
-    """vNPU id -> (chip, template), as the simulated driver holds them."""
-    return {v.id: (v.chip, v.template) for c in sim.list_chips() for v in sim.list_vnpus(c.index)}
+def held(sim: SimDriver) -> dict[int, tuple[int, str]]:
+    """vNPU id -> (chip, template), as the simulated driver holds them: what an
+    allocation's spec declares."""
+    return {i: (v.chip, v.template) for i, v in sim_vnpus(sim).items()}
 
 
 def destroys(agent: AgentProcess, node: str) -> float:
@@ -340,7 +324,7 @@ def fail_then_place_elsewhere(env: Env, plane: LocalPlane, namespace: str, *, mi
             )
             vnpu_id = alloc["spec"]["vnpuId"]
             assert pod["metadata"]["annotations"][names.ANN_VISIBLE_DEVICES] == str(vnpu_id)
-            assert sim_vnpus(other) == {vnpu_id: (alloc["spec"]["chip"], SMALL)}
+            assert held(other) == {vnpu_id: (alloc["spec"]["chip"], SMALL)}
             assert sim_vnpus(failing) == {}, f"round {round_}: vNPU left on ch-fail-a"
             assert allocations_on(plane, "ch-fail-a") == []
             # The half-made vNPU was destroyed (and nothing was, when none was made).
@@ -419,7 +403,7 @@ def test_expired_agent_lease(env: Env, plane: LocalPlane, namespace: str) -> Non
         (still,) = pod_allocations(plane, namespace, old["metadata"]["uid"])
         assert not still["metadata"].get("deletionTimestamp")
         assert still["spec"]["vnpuId"] == old_id
-        assert sim_vnpus(env.sim(x)) == {old_id: (old_alloc["spec"]["chip"], SMALL)}
+        assert held(env.sim(x)) == {old_id: (old_alloc["spec"]["chip"], SMALL)}
         assert is_running(get_pod(plane, namespace, "old"))
 
         # A new pod that may go to either node goes to y, although binpack
@@ -709,7 +693,7 @@ def test_operator_sigkilled_during_burst(env: Env, plane: LocalPlane, namespace:
             for a in allocs
             if spec_of(a)["nodeName"] == node
         }
-        assert sim_vnpus(env.sim(node)) == declared, node
+        assert held(env.sim(node)) == declared, node
 
     # Release everything, with one more crash in the middle of it.
     plane.kubectl("delete", "pods", "-n", namespace, "--all", "--wait=false")

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from operator_harness import Stack, StackOf, get_json, pod_allocations
+from operator_harness import Stack, StackOf, get_json, get_pod, pod_allocations
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import vnpu_ids
@@ -58,13 +58,8 @@ def _waiting_pod(name: str, ns: str) -> dict[str, Any]:
     return pod
 
 
-def _get_pod(plane: LocalPlane, ns: str, name: str) -> dict[str, Any] | None:
-    pod: dict[str, Any] | None = get_json(plane, "pod", "-n", ns, name)
-    return pod
-
-
 def _phase(plane: LocalPlane, ns: str, name: str) -> str | None:
-    pod = _get_pod(plane, ns, name)
+    pod = get_pod(plane, ns, name)
     return None if pod is None else (pod.get("status") or {}).get("phase")
 
 
@@ -72,7 +67,7 @@ def _running(plane: LocalPlane, ns: str, name: str) -> tuple[str, dict[str, Any]
     """Creates a one-vNPU pod on hd-a and waits until it runs: its uid and allocation."""
     plane.apply(_pod(name, ns))
     wait_for(f"pod {name} Running", lambda: _phase(plane, ns, name) == "Running", timeout=60)
-    pod = _get_pod(plane, ns, name)
+    pod = get_pod(plane, ns, name)
     assert pod is not None
     uid = pod["metadata"]["uid"]
     (alloc,) = pod_allocations(plane, ns, uid)
@@ -95,7 +90,7 @@ def _drop_template(plane: LocalPlane, ns: str, name: str) -> None:
 
 
 def _wait_gone(plane: LocalPlane, ns: str, name: str, timeout: float = 60) -> None:
-    wait_for(f"pod {ns}/{name} gone", lambda: _get_pod(plane, ns, name) is None, timeout=timeout)
+    wait_for(f"pod {ns}/{name} gone", lambda: get_pod(plane, ns, name) is None, timeout=timeout)
 
 
 # ------------------------------------------------ 1. lost deletions converge
@@ -243,9 +238,7 @@ def test_a_gated_pod_whose_request_annotation_was_removed_is_still_released(
     plane.apply(_waiting_pod("gated-edit", namespace))
     wait_for(
         "pod told it waits",
-        lambda: (
-            (_get_pod(plane, namespace, "gated-edit") or {}).get("status", {}).get("conditions")
-        ),
+        lambda: (get_pod(plane, namespace, "gated-edit") or {}).get("status", {}).get("conditions"),
         timeout=60,
     )
     _drop_template(plane, namespace, "gated-edit")
@@ -261,10 +254,10 @@ def test_a_pod_gone_behind_the_operators_back_is_never_placed(
     plane.apply(_waiting_pod("forced", namespace))
     wait_for(
         "pod waiting",
-        lambda: (_get_pod(plane, namespace, "forced") or {}).get("status", {}).get("conditions"),
+        lambda: (get_pod(plane, namespace, "forced") or {}).get("status", {}).get("conditions"),
         timeout=60,
     )
-    pod = _get_pod(plane, namespace, "forced")
+    pod = get_pod(plane, namespace, "forced")
     assert pod is not None
     uid = pod["metadata"]["uid"]
     _drop_template(plane, namespace, "forced")

@@ -20,14 +20,22 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_harness import Stack, StackOf, get_json, pod_allocations, pod_running
+from operator_harness import (
+    Stack,
+    StackOf,
+    get_pod,
+    pod_allocations,
+    pod_events,
+    pod_running,
+    sim_vnpus,
+    wait_event,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AgentProcess, vnpu_ids
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_agent.drivers.base import VNPU
 from vnpu_common import names
 from vnpu_operator.admission.mutation import VISIBLE_DEVICES_FIELD_PATH
 
@@ -86,29 +94,6 @@ def tolerate(manifest: dict[str, Any], node: str) -> dict[str, Any]:
     return manifest
 
 
-def get_pod(plane: LocalPlane, ns: str, name: str) -> dict[str, Any] | None:
-    pod: dict[str, Any] | None = get_json(plane, "pod", "-n", ns, name)
-    return pod
-
-
-def events_for(
-    plane: LocalPlane, ns: str, name: str, reason: str | None = None
-) -> list[dict[str, Any]]:
-    out = get_json(plane, "events", "-n", ns, "--field-selector", f"involvedObject.name={name}")
-    items = list((out or {}).get("items", []))
-    return [e for e in items if reason is None or e.get("reason") == reason]
-
-
-def wait_event(plane: LocalPlane, ns: str, name: str, reason: str) -> dict[str, Any]:
-    found: list[dict[str, Any]] = wait_for(
-        f"Event {reason} on pod {ns}/{name}",
-        lambda: events_for(plane, ns, name, reason),
-        timeout=60,
-        interval=0.5,
-    )
-    return found[0]
-
-
 def apply_rejected(plane: LocalPlane, manifest: dict[str, Any]) -> str:
     """Creates `manifest`, expects the API server to refuse it, returns why."""
     r = plane.kubectl("create", "-f", "-", input=yaml.safe_dump(manifest), check=False)
@@ -134,11 +119,6 @@ def gate_names(pod: dict[str, Any]) -> list[str]:
 
 def env_by_name(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in container.get("env") or []}
-
-
-def sim_vnpus(stack: Stack, node: str) -> dict[int, VNPU]:
-    sim = stack.agent.sim(node)
-    return {v.id: v for chip in sim.list_chips() for v in sim.list_vnpus(chip.index)}
 
 
 def samples(text: str, family: str) -> list[tuple[str, dict[str, str], float]]:
@@ -357,7 +337,7 @@ def test_pod_waits_for_a_matching_node_then_runs_when_one_is_labelled(
     cond = wait_for("condition Allocated=False", waiting, timeout=60)
     assert cond["reason"] == "WaitingForCapacity"
     assert "node selector" in cond["message"], cond
-    event = wait_event(plane, namespace, "sel", "WaitingForCapacity")
+    event = wait_event(plane, namespace, "sel", "WaitingForCapacity")[0]
     assert "node selector" in event["message"], event
     assert event["source"]["component"] == "vnpu-operator"
     waiting_gauge = "vnpu_operator_pods_waiting"
@@ -400,7 +380,7 @@ def test_terminal_pod_releases_its_vnpus_and_keeps_the_pod_object(
     uid = p["metadata"]["uid"]
     (alloc,) = pod_allocations(plane, namespace, uid)
     node, vnpu_id = alloc["spec"]["nodeName"], alloc["spec"]["vnpuId"]
-    assert vnpu_id in sim_vnpus(stack, node)
+    assert vnpu_id in sim_vnpus(stack.agent.sim(node))
 
     patch_status(plane, namespace, "done", "merge", {"status": {"phase": "Succeeded"}})
 
@@ -411,13 +391,13 @@ def test_terminal_pod_releases_its_vnpus_and_keeps_the_pod_object(
 
     wait_for("pod finalizer removed", finalizer_off, timeout=60)
     assert pod_allocations(plane, namespace, uid) == []
-    assert vnpu_id not in sim_vnpus(stack, node)
+    assert vnpu_id not in sim_vnpus(stack.agent.sim(node))
     pod = get_pod(plane, namespace, "done")
     assert pod is not None
     assert pod["metadata"]["uid"] == uid
     assert pod["status"]["phase"] == "Succeeded"
     assert not pod["metadata"].get("deletionTimestamp")
-    event = wait_event(plane, namespace, "done", "VNPUsReleased")
+    event = wait_event(plane, namespace, "done", "VNPUsReleased")[0]
     assert event["type"] == "Normal"
 
 
@@ -456,8 +436,8 @@ def test_container_restart_keeps_the_same_vnpu(
     assert visible_devices(pod) == devices == str(vnpu_id)
     assert pod["spec"]["nodeName"] == node
     assert pod["status"]["phase"] == "Running"
-    assert vnpu_id in sim_vnpus(stack, node)
-    assert len(events_for(plane, namespace, "restart", "VNPUsReady")) == 1
+    assert vnpu_id in sim_vnpus(stack.agent.sim(node))
+    assert len(pod_events(plane, namespace, "restart", "VNPUsReady")) == 1
 
 
 # ---------------------------------------------------------------- 7. idle vNPU
@@ -480,7 +460,7 @@ def test_running_pod_that_never_opens_its_vnpu_keeps_it(
     watch = 5 * GC_GRACE_SECONDS
     deadline = time.monotonic() + watch
     while time.monotonic() < deadline:
-        present = sim_vnpus(stack, node)
+        present = sim_vnpus(stack.agent.sim(node))
         assert vnpu_id in present, f"vNPU {vnpu_id} of a running pod was destroyed"
         assert not present[vnpu_id].in_use
         time.sleep(RESYNC_SECONDS / 2)
@@ -512,8 +492,8 @@ def test_allocation_deleted_by_hand_destroys_vnpu_and_warns_the_pod(
     plane.kubectl("delete", names.ALLOCATION_PLURAL, "-n", namespace, name, "--wait=false")
 
     wait_for("allocation gone", lambda: not pod_allocations(plane, namespace, uid), timeout=60)
-    assert vnpu_id not in sim_vnpus(stack, node)
-    event = wait_event(plane, namespace, "lost", "VNPUReleasedExternally")
+    assert vnpu_id not in sim_vnpus(stack.agent.sim(node))
+    event = wait_event(plane, namespace, "lost", "VNPUReleasedExternally")[0]
     assert event["type"] == "Warning"
     assert name in event["message"], event
     assert str(vnpu_id) in event["message"], event

@@ -14,7 +14,8 @@ from agent_harness import allocation
 from kubernetes_asyncio import client, config
 
 from localplane import LocalPlane
-from vnpu_agent.watcher import AllocationWatcher
+from vnpu_agent.watcher import ListWatcher
+from vnpu_common import names
 from vnpu_common.informer import Informer
 
 pytestmark = pytest.mark.plane
@@ -40,8 +41,12 @@ async def test_stale_resource_version_gets_410_and_a_relist(
     async def handler(kind: str, obj: dict[str, Any]) -> None:
         events.append((kind, obj["metadata"]["name"]))
 
-    watcher = AllocationWatcher(
-        client.CustomObjectsApi(api_client), ["watch-node"], handler, timeout_seconds=10
+    watcher = ListWatcher(
+        client.CustomObjectsApi(api_client),
+        names.ALLOCATION_PLURAL,
+        ["watch-node"],
+        handler,
+        timeout_seconds=10,
     )
     # As after a long disconnect: resume from a version the server no longer has.
     watcher.resource_version = "1"

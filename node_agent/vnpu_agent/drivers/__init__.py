@@ -1,6 +1,6 @@
 """Driver layer: one interface (base.Driver), three backends.
 
-    sim      simulator with a JSON state file (sim.py)
+    sim      simulator with a JSON state file (sim/)
     npu-smi  the Ascend CLI (npu_smi.py)
     dcmi     libdcmi.so through ctypes (dcmi.py)
 

@@ -15,7 +15,7 @@ import pytest
 from bench.snapshot import Spec, aside, read_simulators, tally
 
 from vnpu_agent.drivers.sim import SimDriver
-from vnpu_agent.drivers.sim_state import SimChip, SimState, SimVnpu
+from vnpu_agent.drivers.sim.state import SimChip, SimState, SimVnpu
 
 NODES = ["n-0", "n-1"]
 

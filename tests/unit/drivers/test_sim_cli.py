@@ -12,7 +12,7 @@ import pytest
 
 from localplane.sourceroots import pythonpath
 from vnpu_agent.drivers.sim import SimDriver
-from vnpu_agent.drivers.sim_cli import main
+from vnpu_agent.drivers.sim.cli import main
 
 
 def cli(state: Path, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:

@@ -19,7 +19,7 @@ from vnpu_agent.drivers.base import (
     NotFoundError,
 )
 from vnpu_agent.drivers.sim import SimDriver, parse_layout
-from vnpu_agent.drivers.sim_state import SimStateError
+from vnpu_agent.drivers.sim.state import SimStateError
 
 GB = 1024
 MakeSim = Callable[..., SimDriver]

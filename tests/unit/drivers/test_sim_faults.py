@@ -14,7 +14,7 @@ from vnpu_agent.drivers.base import (
     NotFoundError,
 )
 from vnpu_agent.drivers.sim import SimDriver
-from vnpu_agent.drivers.sim_state import SimStateError
+from vnpu_agent.drivers.sim.state import SimStateError
 
 MakeSim = Callable[..., SimDriver]
 

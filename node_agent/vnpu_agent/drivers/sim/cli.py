@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
 from vnpu_agent.drivers.base import ANY_VNPU_ID, DriverError
-from vnpu_agent.drivers.sim import SimDriver
-from vnpu_agent.drivers.sim_state import OPS
+from vnpu_agent.drivers.sim.engine import SimDriver
+from vnpu_agent.drivers.sim.state import OPS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -125,7 +124,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(json.dumps(result, indent=1))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from test_doc_links import anchors, github_anchor
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "vnpu-operator"
 DOC = ROOT / "docs" / "TROUBLESHOOTING.md"
 REPO_BLOB = "https://github.com/vnpu-operator/vnpu-operator/blob/main/"

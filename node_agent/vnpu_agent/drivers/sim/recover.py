@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vnpu_agent.drivers.sim_state import SimStateError, write_atomic
+from vnpu_agent.drivers.sim.state import SimStateError, write_atomic
 
 _LINE = re.compile(
     r"^(?P<phy>\d+):(?P<vdev>\d+):npu-smi set -t create-vnpu -i (?P<card>\d+) -c (?P<chip>\d+)"

@@ -11,7 +11,7 @@ from vnpu_agent import drivers
 from vnpu_agent.drivers import base
 from vnpu_common import names
 
-USAGE = Path(__file__).resolve().parents[2] / "docs" / "USAGE.md"
+USAGE = Path(__file__).resolve().parents[3] / "docs" / "USAGE.md"
 
 
 def _listed(after: str) -> set[str]:

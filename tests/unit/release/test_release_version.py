@@ -12,7 +12,7 @@ import yaml
 
 from release import version
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_every_place_carries_the_project_version_and_it_is_semver() -> None:

@@ -1,7 +1,7 @@
-"""The simulator's rules as pure functions over its state (sim_state.py):
+"""The simulator's rules as pure functions over its state (state.py):
 what a chip has free, whether a create is allowed and which id it gets,
 injected failures, and the replay of the config-recover file at boot.
-SimDriver (sim.py) wraps each call in a locked transaction.
+SimDriver (engine.py) wraps each call in a locked transaction.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from vnpu_agent.drivers import sim_recover
 from vnpu_agent.drivers.base import (
     ANY_VNPU_ID,
     DCMI_INNER_ERR,
@@ -32,7 +31,8 @@ from vnpu_agent.drivers.catalog import (
     known_models,
 )
 from vnpu_agent.drivers.diagnose import Op, capacity_shortfall, error_for_code
-from vnpu_agent.drivers.sim_state import OPS, SimChip, SimState, SimStateError, SimVnpu
+from vnpu_agent.drivers.sim import recover
+from vnpu_agent.drivers.sim.state import OPS, SimChip, SimState, SimStateError, SimVnpu
 
 MAX_CHIPS = 64  # phy 63 tops out at id 1123, the last valid vNPU id
 
@@ -231,7 +231,7 @@ def check_create(state: SimState, chip: SimChip, template: str, vnpu_id: int, wh
 
 
 def replay(state: SimState, line: str, report: RebootReport) -> None:
-    entry = sim_recover.parse_line(line)
+    entry = recover.parse_line(line)
     if entry is None:
         report.skipped.append(f"{line!r}: not a create-vnpu record")
         return

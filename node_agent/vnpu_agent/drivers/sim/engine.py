@@ -8,9 +8,10 @@ driver picks), `is_container_used` (set by `open_vnpu`, cleared by
 replayed by `reboot()`, and injected faults. Error codes are those DCMI
 gives: the kernel answers -EINVAL (DCMI -8001) for every refusal.
 
-State lives in a JSON file (see sim_state.py) so that an agent restart sees
+State lives in a JSON file (see state.py) so that an agent restart sees
 the same devices and other processes (tests, the CLI) can act on them:
-`python -m vnpu_agent.drivers.sim --state F show|open|release|reboot|inject|...`.
+`python -m vnpu_agent.drivers.sim --state F show|open|release|reboot|inject|...`
+(cli.py).
 Chips are indexed in layout order with physical_id = card_id = index and
 device_id = 0.
 
@@ -31,7 +32,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from vnpu_agent.drivers import sim_recover
 from vnpu_agent.drivers.base import (
     DCMI_INNER_ERR,
     DCMI_INVALID_PARAMETER,
@@ -43,7 +43,8 @@ from vnpu_agent.drivers.base import (
     TemplateSpec,
 )
 from vnpu_agent.drivers.diagnose import describe_create
-from vnpu_agent.drivers.sim_rules import (
+from vnpu_agent.drivers.sim import recover
+from vnpu_agent.drivers.sim.rules import (
     MAX_CHIPS,
     RebootReport,
     check_create,
@@ -59,7 +60,7 @@ from vnpu_agent.drivers.sim_rules import (
     replay,
     to_public,
 )
-from vnpu_agent.drivers.sim_state import Failure, SimState, SimStateError, SimVnpu, StateStore
+from vnpu_agent.drivers.sim.state import Failure, SimState, SimStateError, SimVnpu, StateStore
 from vnpu_common import names
 
 __all__ = ["MAX_CHIPS", "NULL_DEVICE", "RebootReport", "SimDriver", "parse_layout"]
@@ -166,11 +167,9 @@ class SimDriver:
             new_id = check_create(state, c, template, vnpu_id, what)
             state.vnpus[new_id] = SimVnpu(id=new_id, chip=chip, template=template)
             if state.config_recover:
-                sim_recover.append(
+                recover.append(
                     self.recover_path,
-                    sim_recover.RecoverEntry(
-                        c.physical_id, new_id, c.card_id, c.device_id, template
-                    ),
+                    recover.RecoverEntry(c.physical_id, new_id, c.card_id, c.device_id, template),
                 )
             # The device exists once the driver made the vNPU, even if the
             # call then fails (the "fails midway" fault leaves it behind).
@@ -199,7 +198,7 @@ class SimDriver:
             del state.vnpus[vnpu_id]
             state.vanished.discard(vnpu_id)
             state.stuck.discard(vnpu_id)
-            sim_recover.remove(self.recover_path, c.physical_id, vnpu_id)
+            recover.remove(self.recover_path, c.physical_id, vnpu_id)
             self._remove_device_node(vnpu_id)
             fire_failure(state, "destroy", what, after=True)
 
@@ -243,7 +242,7 @@ class SimDriver:
             state.boot_count += 1
             if not state.config_recover:
                 return report
-            for line in sim_recover.read_lines(self.recover_path):
+            for line in recover.read_lines(self.recover_path):
                 replay(state, line, report)
             for vnpu_id in state.vnpus:
                 self._make_device_node(vnpu_id)
@@ -327,7 +326,7 @@ class SimDriver:
         """Everything, JSON-ready, without firing any fault."""
         with self._store.locked():
             state = self._store.read()
-            recover_lines = sim_recover.read_lines(self.recover_path)
+            recover_lines = recover.read_lines(self.recover_path)
         return {
             "state": str(self.state_path),
             "recover_file": str(self.recover_path),
@@ -359,9 +358,3 @@ class SimDriver:
         with self._store.transaction("query") as state:
             fire_failure(state, "query", what, after=False)
             return state
-
-
-if __name__ == "__main__":
-    from vnpu_agent.drivers.sim_cli import main
-
-    raise SystemExit(main())

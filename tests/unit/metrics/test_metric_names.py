@@ -28,7 +28,7 @@ from vnpu_operator.metrics import OperatorMetrics, StateView, WaitingPod
 from vnpu_operator.placement import ChipCapacity, Resources
 from vnpu_operator.placement.fragmentation import Fragmentation
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MIB = 1024 * 1024
 
 

@@ -11,7 +11,7 @@ import yaml
 from vnpu_common import names
 from vnpu_common.api.models import VNPUAllocation, VNPUNode
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHART = yaml.safe_load((ROOT / "charts/vnpu-operator/Chart.yaml").read_text())
 VALUES = yaml.safe_load((ROOT / "charts/vnpu-operator/values.yaml").read_text())
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from image import build, dockerfile
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "Dockerfile"
 CHART_TEMPLATES = ROOT / "charts" / "vnpu-operator" / "templates"
 IMAGE_BUILDER = ROOT / "hack" / "image"

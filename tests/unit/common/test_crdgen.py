@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from vnpu_common import names
 from vnpu_common.api import crdgen
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
+CRD_DIR = Path(__file__).resolve().parents[3] / "crds"
 
 
 def test_checked_in_crds_match_the_models() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from vnpu_common import names
 
-SCRIPT = Path(__file__).resolve().parents[2] / "charts/vnpu-operator/files/check_webhook.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "charts/vnpu-operator/files/check_webhook.py"
 TEMPLATE = "no-such-template"
 
 

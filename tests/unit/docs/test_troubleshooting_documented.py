@@ -10,7 +10,7 @@ from pathlib import Path
 from vnpu_common import names
 from vnpu_operator.placement.reasons import Reason
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "TROUBLESHOOTING.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "TROUBLESHOOTING.md"
 
 # The condition reasons of a pod that waits or was given up on (placing.py,
 # controller.py); VNPUsReady and the others are Events only.

@@ -11,7 +11,7 @@ import pytest
 from chartdocs import UndocumentedValueError, render, top_level_comments
 from chartdocs.__main__ import main
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "vnpu-operator"
+CHART = Path(__file__).resolve().parents[3] / "charts" / "vnpu-operator"
 
 
 def test_the_checked_in_readme_is_what_the_chart_makes() -> None:

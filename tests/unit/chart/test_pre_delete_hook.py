@@ -13,7 +13,7 @@ import pytest
 
 from vnpu_common import names
 
-SCRIPT = Path(__file__).resolve().parents[2] / "charts/vnpu-operator/files/pre_delete.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "charts/vnpu-operator/files/pre_delete.py"
 
 
 @pytest.fixture(scope="module")

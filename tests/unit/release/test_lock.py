@@ -15,7 +15,7 @@ from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RUNTIME = ROOT / "pylock.toml"
 DEV = ROOT / "pylock.dev.toml"
 BUILD = ROOT / "build-requirements.txt"
