@@ -66,18 +66,7 @@ def test_a_figure_stated_twice_is_caught() -> None:
     assert repeated_figures(texts) == {"1.25 s": ["a.md", "b.md"]}
 
 
-@pytest.mark.parametrize(
-    ("doc", "cap"),
-    [
-        pytest.param(
-            "docs/DECISIONS.md",
-            LINE_CAPS["docs/DECISIONS.md"],
-            # Not yet cut to size (issue 57, item 6): strict, so the marker must go once it is.
-            marks=pytest.mark.xfail(strict=True, reason="DECISIONS.md is not yet cut to 900"),
-        ),
-        ("docs/PERFORMANCE.md", LINE_CAPS["docs/PERFORMANCE.md"]),
-    ],
-)
+@pytest.mark.parametrize(("doc", "cap"), sorted(LINE_CAPS.items()))
 def test_the_pages_keep_their_size(doc: str, cap: int) -> None:
     lines = len((ROOT / doc).read_text().splitlines())
     assert lines <= cap, f"{doc} has {lines} lines, over its cap of {cap}"
