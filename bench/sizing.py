@@ -1,5 +1,6 @@
 """The sizing table of docs/PERFORMANCE.md ("Sizing"), worked out from the scaling
-runs' files (`make bench-scale`: bench/results-scale.json and its Intel twin), so the
+runs' files (`make bench-scale`: bench/results-scale.json, and its 2-core Intel run in
+bench/runs/2026-11-27-2core-intel-scale/), so the
 page's figures are the files', not copied by hand; tests/unit/bench/test_bench_sizing.py
 fails when the page and the files disagree.
 
@@ -20,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = (ROOT / "bench" / "results-scale.json", ROOT / "bench" / "results-scale-intel.json")
+RUNS = (
+    ROOT / "bench" / "results-scale.json",
+    ROOT / "bench" / "runs" / "2026-11-27-2core-intel-scale" / "results-scale.json",
+)
 
 HEADER = (
     "| nodes (300 pods at 5/s) | operator RSS synced / peak (MB) | operator idle CPU "

@@ -19,12 +19,14 @@ from docfacts import (
     DOCS_URL,
     DOCUMENTS,
     FIGURE_EXEMPT,
+    LINE_CAPS,
     ROOT,
     TEMPLATES,
     chart_facts,
     claim_problems,
     figure_problems,
     notes_relative_paths,
+    repeated_figures,
     values_table_problems,
 )
 
@@ -47,6 +49,27 @@ def test_the_values_table_gives_the_values_defaults() -> None:
 @pytest.mark.parametrize("doc", [d for d in DOCUMENTS if d not in FIGURE_EXEMPT])
 def test_benchmark_figures_live_in_performance_md(doc: str) -> None:
     assert _report(doc, figure_problems((ROOT / doc).read_text())) == []
+
+
+def test_no_figure_is_stated_in_two_documents() -> None:
+    # A figure restated elsewhere goes stale when the run is redone; link to it instead.
+    docs = [*DOCUMENTS, "bench/README.md"]
+    assert repeated_figures({d: (ROOT / d).read_text() for d in docs}) == {}
+
+
+def test_a_figure_stated_twice_is_caught() -> None:
+    texts = {
+        "a.md": "The release took 1.25 s (p99),\nand 3.5 ms of CPU.",
+        "b.md": "| p99 | 1.25s |\n\nA retry every 0.5 s; 30 s; 4096 MB.",
+        "c.md": "A retry every 0.5 s; 30 s; 4096 MB; 3.5 ms/pod is not one.",
+    }
+    assert repeated_figures(texts) == {"1.25 s": ["a.md", "b.md"]}
+
+
+@pytest.mark.parametrize(("doc", "cap"), sorted(LINE_CAPS.items()))
+def test_the_pages_keep_their_size(doc: str, cap: int) -> None:
+    lines = len((ROOT / doc).read_text().splitlines())
+    assert lines <= cap, f"{doc} has {lines} lines, over its cap of {cap}"
 
 
 def test_the_release_notes_link_to_documents_by_url() -> None:

@@ -17,6 +17,7 @@ DOCUMENTS = sorted(
     {
         *(ROOT / name for name in ("README.md", "CHANGELOG.md", "CONTRIBUTING.md", "SECURITY.md")),
         *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "bench").rglob("README.md"),
     }
 )
 
