@@ -60,33 +60,29 @@ async def serve_http(
             status=503, text=not_ready if isinstance(not_ready, str) else not_ready()
         )
 
-    metrics: Handler = make_aiohttp_handler(registry)
-    app = web.Application()
-    app.router.add_get("/metrics", metrics if auth is None else _guarded(metrics, auth))
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    probe_runner: web.AppRunner | None = None
-    if probe_port:
-        probes = web.Application()
-        probes.router.add_get("/healthz", healthz)
-        probes.router.add_get("/readyz", readyz)
-        probe_runner = web.AppRunner(probes, access_log=None, shutdown_timeout=2.0)
+    def with_probes(app: web.Application) -> web.Application:
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        return app
 
-        async def cleanup(_: web.Application) -> None:
-            await probes_runner.cleanup()
-
-        probes_runner = probe_runner
-        # One runner for the caller to clean up: the probes' goes with it.
-        app.on_cleanup.append(cleanup)
     # Probes and scrapes answer at once; a shutdown never waits a minute
     # (aiohttp's default) for one stuck client.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    await web.TCPSite(runner, host, port, ssl_context=tls).start()
-    if probe_runner is not None:
-        await probe_runner.setup()
-        await web.TCPSite(probe_runner, "0.0.0.0", probe_port).start()
-    return runner
+    def runner_of(app: web.Application) -> web.AppRunner:
+        return web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+
+    metrics: Handler = make_aiohttp_handler(registry)
+    app = with_probes(web.Application())
+    app.router.add_get("/metrics", metrics if auth is None else _guarded(metrics, auth))
+    sites = [(runner_of(app), host, port, tls)]
+    if probe_port:
+        probes = runner_of(with_probes(web.Application()))
+        # One runner for the caller to clean up: the probes' goes with it.
+        app.on_cleanup.append(lambda _: probes.cleanup())
+        sites.append((probes, "0.0.0.0", probe_port, None))
+    for runner, site_host, site_port, site_tls in sites:
+        await runner.setup()
+        await web.TCPSite(runner, site_host, site_port, ssl_context=site_tls).start()
+    return sites[0][0]
 
 
 async def serve_component(

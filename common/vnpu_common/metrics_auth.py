@@ -25,6 +25,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_common import certs
+from vnpu_common.faults import fault
 
 # A refused or granted token is asked again after this long: a revoked binding
 # stops a scraper within a minute.
@@ -76,10 +77,8 @@ def api_review(api_client: client.ApiClient, path: str = METRICS_PATH) -> Review
                     )
                 )
             )
-        except ApiException as exc:
-            return Verdict(503, f"the API server did not review the token ({exc.status})")
-        except (OSError, TimeoutError) as exc:
-            return Verdict(503, f"the API server did not review the token ({type(exc).__name__})")
+        except (ApiException, OSError, TimeoutError) as exc:
+            return Verdict(503, f"the API server did not review the token ({fault(exc)})")
         if access.status is not None and access.status.allowed:
             return Verdict(200, "allowed")
         return Verdict(403, f"{user.username} may not get {path}")

@@ -13,8 +13,8 @@ rather than as FailedCreate events afterwards. Exit 1 with the API server's
 reason then, and the install fails with nothing else created.
 
 Environment (the chart sets it): VNPU_NAMESPACE, VNPU_POD_SECURITY_LABELS (a
-JSON object of the labels), VNPU_AGENT_PROBE_POD (a JSON pod spec like the
-agent's), and VNPU_SA_DIR for a token other than the pod's own (tests).
+JSON object of the labels) and VNPU_AGENT_PROBE_POD (a JSON pod spec like the
+agent's).
 """
 
 from __future__ import annotations
@@ -27,22 +27,14 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 
+from vnpu_common import __version__, names
+from vnpu_common.apiclient import api_client
 from vnpu_common.patches import MERGE
+from vnpu_common.startup import load_kube_config
 
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+PROG = "vnpu-pod-security"
 PROBE_NAME = "vnpu-pod-security-probe"
-
-
-def api_client() -> client.ApiClient:
-    sa_dir = os.environ.get("VNPU_SA_DIR", SERVICE_ACCOUNT_DIR)
-    configuration = client.Configuration()
-    InClusterConfigLoader(
-        token_filename=os.path.join(sa_dir, "token"),
-        cert_filename=os.path.join(sa_dir, "ca.crt"),
-    ).load_and_set(configuration)
-    return client.ApiClient(configuration)
 
 
 def _message(exc: ApiException) -> str:
@@ -53,7 +45,9 @@ def _message(exc: ApiException) -> str:
 
 
 async def run(namespace: str, labels: dict[str, str], probe: dict[str, Any]) -> int:
-    connection = api_client()
+    # The pod's ServiceAccount, as the components load theirs.
+    await load_kube_config(PROG, None)
+    connection = api_client(f"{names.USER_AGENT_OPERATOR}/{__version__} (pod-security hook)")
     api = client.CoreV1Api(connection)
     try:
         if labels:

@@ -192,19 +192,20 @@ class WebhookServer:
         if target is None or self._api_client is None:
             return
         api = client.AdmissionregistrationV1Api(self._api_client)
-        await self._put(
+        mutating = await self._put(
             mutating_webhook_configuration(target, ca_bundle),
             api.create_mutating_webhook_configuration,
             api.read_mutating_webhook_configuration,
             api.patch_mutating_webhook_configuration,
         )
-        await self._put(
+        validating = await self._put(
             validating_webhook_configuration(target, ca_bundle),
             api.create_validating_webhook_configuration,
             api.read_validating_webhook_configuration,
             api.patch_validating_webhook_configuration,
         )
-        log.info("registered the webhook configurations %s", names.WEBHOOK_CONFIG_NAME)
+        if mutating and validating:
+            log.info("registered the webhook configurations %s", names.WEBHOOK_CONFIG_NAME)
 
     async def _still_trusted(self) -> None:
         """Re-registers this replica's CA if the configurations no longer carry it
@@ -240,16 +241,17 @@ class WebhookServer:
         create: Callable[..., Awaitable[Any]],
         read: Callable[..., Awaitable[Any]],
         patch: Callable[..., Awaitable[Any]],
-    ) -> None:
+    ) -> bool:
         """Merge-patch the whole body over the existing object, or create it where
         there is none. Read first: the chart ships both configurations, so the
         operator needs only get and patch, by name (a create cannot be limited to a
         name); a create is for an operator run without the chart. A body without a
         caBundle takes the existing one, guarded by its resourceVersion so that a
-        caBundle injected meanwhile is not lost either."""
+        caBundle injected meanwhile is not lost either. False: it is missing and may not
+        be created (logged)."""
         api_client = self._api_client
         if api_client is None:
-            return
+            return False
         for _ in range(CONFLICT_ATTEMPTS):
             try:
                 existing = api_client.sanitize_for_serialization(
@@ -260,7 +262,7 @@ class WebhookServer:
                     raise
                 try:
                     await create(body)
-                    return
+                    return True
                 except ApiException as exc:
                     if exc.status == 403:
                         # The chart's operator may not create them (RBAC cannot limit a
@@ -271,7 +273,7 @@ class WebhookServer:
                             "`helm upgrade` puts the chart's back (docs/TROUBLESHOOTING.md)",
                             body["kind"], names.WEBHOOK_CONFIG_NAME,
                         )  # fmt: skip
-                        return
+                        return False
                     if exc.status != 409:
                         raise
                     continue  # created in between: read it again
@@ -282,7 +284,7 @@ class WebhookServer:
             update["metadata"] = {**body["metadata"], "resourceVersion": version}
             try:
                 await patch(names.WEBHOOK_CONFIG_NAME, update, _content_type=MERGE)
-                return
+                return True
             except ApiException as exc:
                 # 409: changed since read; 404: deleted since read.
                 if exc.status not in (404, 409):

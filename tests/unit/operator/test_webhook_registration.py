@@ -66,13 +66,13 @@ async def test_the_charts_configuration_is_read_and_patched_never_created(
 ) -> None:
     shipped = {**body(), "metadata": {"name": names.WEBHOOK_CONFIG_NAME, "resourceVersion": "7"}}
     store = Store(shipped, may_create=False)
-    await server._put(body(), store.create, store.read, store.patch)
+    assert await server._put(body(), store.create, store.read, store.patch)
     assert store.calls == ["read", "patch"]
 
 
 async def test_without_the_chart_the_operator_creates_it(server: WebhookServer) -> None:
     store = Store(None, may_create=True)
-    await server._put(body(), store.create, store.read, store.patch)
+    assert await server._put(body(), store.create, store.read, store.patch)
     assert store.calls == ["read", "create"]
     assert store.obj is not None
 
@@ -82,7 +82,7 @@ async def test_a_deleted_configuration_it_may_not_create_is_an_error_line(
 ) -> None:
     store = Store(None, may_create=False)
     with caplog.at_level(logging.ERROR, logger="vnpu_operator.admission.server"):
-        await server._put(body(), store.create, store.read, store.patch)
+        assert not await server._put(body(), store.create, store.read, store.patch)
     assert store.calls == ["read", "create"]
     (record,) = caplog.records
     assert record.getMessage().startswith(
