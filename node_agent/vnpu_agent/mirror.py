@@ -91,6 +91,13 @@ class NodeMirror:
         rv = self.written_rv = _rv(obj)
         self.echo_rv = None if rv is None or rv in seen or rv == self.last_rv else rv
         self.echo_since = now
+        if not self.labelled(obj):
+            # Someone took the label off before our write landed: the watch
+            # selects on the label, so this write has no echo, and the answer
+            # is the newest state the watch will ever show of it.
+            self.echo_rv = None
+            self.observed, self.known = obj, True
+            return
         if not seen:
             # The answer is the newest state we know of, unless the watch said
             # something meanwhile: that may be newer (a deletion right after).

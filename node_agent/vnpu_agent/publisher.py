@@ -179,6 +179,11 @@ class NodePublisher:
         self._released_since = None
         self._force = False
         self.mirror.write_answered(obj, self.clock())
+        if restore:
+            # Counted here, whichever write found the object gone or
+            # unlabelled: the settle check's or one due anyway (a release,
+            # a retry), which would leave that check nothing to count.
+            self._restored("deleted" if missing else "unlabelled")
 
     def feed_pool(self) -> None:
         """Tells the DRA pool what the node's vNPUs hold that no allocated
@@ -285,6 +290,14 @@ class NodePublisher:
         what = self.mirror.differs()
         if what is None:
             return
+        if what == "status":
+            # A deleted or unlabelled object is counted by the write that
+            # puts it back (_publish).
+            self._restored(what)
+        self._force = True
+        self.mark_dirty()
+
+    def _restored(self, what: str) -> None:
         log.warning(
             "VNPUNode %s changed by someone else (%s); restoring it "
             "(resourceVersion %s, our last write %s)",
@@ -294,8 +307,6 @@ class NodePublisher:
             self.mirror.written_rv,
         )
         self.metrics.node_restored(self.node, what)
-        self._force = True
-        self.mark_dirty()
 
 
 def _echo_of(status: dict[str, Any]) -> list[int]:

@@ -275,3 +275,59 @@ async def test_nothing_is_compared_before_the_first_write(
     await agent.on_node_event("SYNC", {"metadata": {"name": "n1"}, "status": {"driver": "x"}})
     await settle()
     assert api.writes == []
+
+
+def restored_as(agent: NodeAgent, what: str) -> float | None:
+    return agent.metrics.registry.get_sample_value(
+        "vnpu_agent_vnpunode_restorations_total", {"node": "n1", "what": what}
+    )
+
+
+async def test_a_label_taken_off_under_a_write_in_flight_is_put_back(
+    agent: NodeAgent, api: RecordingApi
+) -> None:
+    # The label goes while a status write is on its way; the write lands on
+    # the unlabelled object. Its echo never comes (the watch selects on the
+    # label): waiting for it would leave the VNPUNode unlabelled for the
+    # bound's ten minutes.
+    await agent.publisher.publish()
+    await agent.on_node_event("ADDED", served(api))
+    agent.view.ok = False
+    agent.chips.pop()  # a change, so that publish writes
+    assert api.obj is not None
+    api.obj["metadata"]["labels"] = {}
+    api.rv += 1
+    api.obj["metadata"]["resourceVersion"] = str(api.rv)
+    unlabelled = served(api)
+    api.gate = asyncio.Event()
+    write = asyncio.create_task(agent.publisher.publish())
+    await asyncio.sleep(0)
+    await agent.on_node_event("DELETED", unlabelled)
+    api.gate.set()
+    await write
+    api.gate = None
+    await settle()
+    await settle()
+    assert api.writes[-1] == "restore(exists=True)"
+    assert served(api)["metadata"]["labels"] == {names.LABEL_NODE: "n1"}
+    assert restored_as(agent, "unlabelled") == 1.0
+
+
+async def test_a_removal_put_back_by_a_write_due_anyway_is_counted(
+    agent: NodeAgent, api: RecordingApi
+) -> None:
+    # A write already due (here: a changed chip) runs before the settle
+    # check and puts the VNPUNode back: the restoration is counted all the same.
+    await agent.publisher.publish()
+    await agent.on_node_event("ADDED", served(api))
+    gone = served(api)
+    api.obj = None
+    await agent.on_node_event("DELETED", gone)
+    agent.view.ok = False
+    agent.chips.pop()
+    await agent.publisher.publish()
+    assert api.writes == ["status", "restore(exists=False)"]
+    await agent.on_node_event("ADDED", served(api))
+    await settle()
+    assert api.writes == ["status", "restore(exists=False)"]
+    assert restored_as(agent, "deleted") == 1.0
