@@ -61,6 +61,7 @@ from vnpu_operator.slim import allocation_pod_uid, phase_of, resource_version, s
 from vnpu_operator.steps.pin import Pinner
 from vnpu_operator.steps.place import Placer
 from vnpu_operator.steps.preempt import Preemption
+from vnpu_operator.takeover import ReleaseFirst
 from vnpu_operator.waiting import WaitingLine
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,8 @@ class Controller:
         # wiring): only the leader reconciles; every replica keeps the caches.
         self.leading: Callable[[], bool] = lambda: True
         self._listed: set[str] = set()
+        self.release_first = ReleaseFirst(clock)
+        self._release_first_timer: asyncio.TimerHandle | None = None
         self._offered: tuple[int, OfferedTemplates] | None = None
         self._side_tasks: set[asyncio.Task[None]] = set()
 
@@ -195,9 +198,50 @@ class Controller:
     def _kick_all(self) -> None:
         if not self.is_active():
             return
+        self._release_first()
         for uid in sorted(set(self.pods) | set(self.allocs_by_pod)):
             self.kick(uid)
         self.advertiser.all()
+
+    def _release_first(self) -> None:
+        """Reconciling begins: placements in a namespace wait for the
+        releases due there now (takeover.py)."""
+        due = [(key.partition("/")[0], key) for key, obj in self.allocs.items() if self._due(obj)]
+        self.release_first.start(due)
+        if self._release_first_timer is not None:
+            self._release_first_timer.cancel()
+            self._release_first_timer = None
+        if not self.release_first.active:
+            return
+        log.info("releasing %d allocation(s) before placing in their namespace(s)", len(due))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._release_first_timer = loop.call_later(
+            self.release_first.bound, self._release_first_expired
+        )
+
+    def _release_first_expired(self) -> None:
+        self._release_first_timer = None
+        for uid in sorted(self.release_first.expire()):
+            self.kick(uid)
+
+    def _due(self, obj: Raw) -> bool:
+        """Whether the allocation's release is due or under way, by an agent
+        that will do it: being deleted, or its pod gone or ended with its
+        containers stopped. On a node no agent serves, nothing destroys it."""
+        node = str((obj.get("spec") or {}).get("nodeName") or "")
+        if not self._node_served(node):
+            return False
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return True
+        pod = self.pods.get(allocation_pod_uid(obj))
+        if pod is None:
+            return True
+        return (is_deleting(pod) or is_terminal(pod)) and containers_stopped(
+            pod, node_gone=self._node_gone(pod)
+        )
 
     def lead(self) -> None:
         """This replica became the leader: its caches are warm (synced as a
@@ -214,6 +258,7 @@ class Controller:
         """This replica stopped leading: nothing more is reconciled (queued
         keys run and return at once; writes in flight are fenced)."""
         self.placer.capacity_grew()
+        self.release_first.stop()
 
     def pod_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
         """`obj` may be the watch's own object: only a slim copy is kept."""
@@ -288,6 +333,8 @@ class Controller:
         self.expect.seen(Write.UNFINALIZE, key)
         if pod_uid:
             self.kick(pod_uid)
+        for held in sorted(self.release_first.gone(key)):
+            self.kick(held)
         self.kick_waiting()
 
     def _destroyed(self, obj: Raw) -> bool:
@@ -422,6 +469,8 @@ class Controller:
             case StepKind.PLACE:
                 if self._creating(uid, pod):
                     pass  # placed; the created objects are on their way to the cache
+                elif self.release_first.holds(key_of(pod).partition("/")[0], uid):
+                    log.debug("pod %s waits for its namespace's releases", key_of(pod))
                 elif await self._still_there(pod, state):
                     await self.placer.place(
                         pod, state, existing=self.allocs_by_pod.get(uid, set()), cached=self.allocs

@@ -8,7 +8,9 @@ vnpu-operator-leader), the other keeps warm caches and answers the webhook.
 - the leader frozen (SIGSTOP) past its lease: the other takes over, and once
   resumed the old one writes nothing that lands;
 - one replica alone works as before, and a restarted one takes its own Lease
-  back at once.
+  back at once;
+- a new leader releases what went during the outage before it places what
+  came: a namespace never holds more real vNPUs than its quota allows.
 
 The same churn at 200 nodes, with the figures the docs report, is `python
 -m bench.failover` (bench/results-failover.json).
@@ -23,8 +25,10 @@ import contextlib
 import copy
 import datetime
 import http.client
+import json
 import signal
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -36,10 +40,24 @@ import pytest
 import yaml
 from aiohttp import web
 from bench import load
-from bench.failover import Replicas, audit_allocations, churn_with_kills, election_settings
+from bench.failover import (
+    LEASE as LEADER_LEASE,
+)
+from bench.failover import (
+    Replicas,
+    audit_allocations,
+    churn_with_kills,
+    election_settings,
+)
 from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
-from operator_harness import audit_since, delete_vnpu_pods, get_json, purge_foreign
+from operator_harness import (
+    apply_quota,
+    audit_since,
+    delete_vnpu_pods,
+    get_json,
+    purge_foreign,
+)
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess, vnpu_ids
@@ -220,6 +238,85 @@ def test_rolling_restart_during_churn(
     # tell a hand-back from an expiry here (docs/HELM.md has the measured figures).
     assert all(k.took_over is not None for k in result.kills), summary
     assert audit_allocations(plane, namespace)["double_booked"] == []
+
+
+def _real_vnpus(agent: AgentProcess) -> int:
+    return sum(len(vnpu_ids(agent.sim(n.name))) for n in NODES)
+
+
+def _hold_the_lease(plane: LocalPlane) -> None:
+    """An outage as long as the test needs: the leader Lease held by no
+    replica, renewed just now, for an hour. The standby keeps answering the
+    webhook and writes nothing."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    spec = {"holderIdentity": "outage", "renewTime": now, "acquireTime": now,
+            "leaseDurationSeconds": 3600}  # fmt: skip
+    plane.kubectl(
+        "patch", "lease", "-n", AGENT_NAMESPACE, LEADER_LEASE, "--type=merge",
+        "-p", json.dumps({"spec": spec}),
+    )  # fmt: skip
+
+
+def test_a_new_leader_releases_before_it_places_within_the_quota(
+    plane: LocalPlane, agent: AgentProcess, replicas: Replicas, namespace: str
+) -> None:
+    """Issue 58: while no replica leads, a tenant deletes its pods (grace 0:
+    their containers are known stopped, so the quota stops counting them) and
+    creates as many new ones, which the standby's webhook admits against the
+    freed quota. The new leader must destroy the old vNPUs before it creates
+    the new: the nodes never hold more of the namespace's vNPUs than the
+    quota allows. Sampled every few milliseconds; the window seen before the
+    fix was about 190 ms."""
+    quota = 4
+    apply_quota(plane, namespace, {f"requests.{names.RES_VNPUS}": str(quota)})
+    old = [f"old-{i}" for i in range(quota)]
+    for name in old:
+        create(plane, namespace, name)
+    for name in old:
+        ungated(plane, namespace, name)
+    wait_for("the old pods' vNPUs", lambda: _real_vnpus(agent) == quota, timeout=30)
+
+    leader = replicas.wait_leader()
+    standby = next(o for o in replicas.ops if o is not leader)
+    leader.kill(signal.SIGKILL)
+    _hold_the_lease(plane)
+    plane.kubectl(
+        "delete", "pod", "-n", namespace, *old, "--grace-period=0", "--force", "--wait=false"
+    )
+
+    def used() -> str:
+        status = (get_json(plane, "resourcequota", "-n", namespace, "vnpu") or {}).get("status")
+        return str(((status or {}).get("used") or {}).get(f"requests.{names.RES_VNPUS}"))
+
+    wait_for("the quota freed by the deletions", lambda: used() == "0", timeout=30)
+    new = [f"new-{i}" for i in range(quota)]
+    for name in new:
+        # A SIGKILLed replica's connections may still take the first call.
+        create_as_a_controller_would(plane, namespace, name)
+    assert _real_vnpus(agent) == quota  # nothing was released or placed meanwhile
+
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _real_vnpus(agent))
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        plane.kubectl("delete", "lease", "-n", AGENT_NAMESPACE, LEADER_LEASE)
+        assert replicas.wait_leader(other_than=leader) is standby
+        for name in new:
+            ungated(plane, namespace, name)
+        wait_for("the new pods' vNPUs", lambda: _real_vnpus(agent) == quota, timeout=30)
+    finally:
+        done.set()
+        sampler.join()
+    assert peak[0] <= quota, f"{peak[0]} real vNPUs under a quota of {quota}"
+    assert "before placing in their namespace" in standby.log_tail(400)
+    leader.start(ready_timeout=replicas.ready_timeout)
 
 
 def _health(conn: http.client.HTTPSConnection) -> tuple[int, str]:
