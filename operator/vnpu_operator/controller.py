@@ -130,6 +130,9 @@ class Controller:
         self.leading: Callable[[], bool] = lambda: True
         self._listed: set[str] = set()
         self.release_first = ReleaseFirst(clock)
+        # Pods that left the pod watch with our finalizer on: someone took
+        # their label off (watches.py); the leader puts it back.
+        self.unlabelled: set[str] = set()
         self._release_first_timer: asyncio.TimerHandle | None = None
         self._offered: tuple[int, OfferedTemplates] | None = None
         self._side_tasks: set[asyncio.Task[None]] = set()
@@ -267,6 +270,7 @@ class Controller:
             return
         if event_type == "DELETED":
             self.pods.pop(uid, None)
+            self.unlabelled.discard(uid)
             self.expect.seen(Write.UNGATE, uid)
             self.expect.seen(Write.UNFINALIZE, uid)
             self.preemption.forget(uid)
@@ -286,6 +290,14 @@ class Controller:
         for held in sorted(freed):
             self.kick(held)
         self.kick(uid)
+
+    def pod_unlabelled(self, uid: str) -> None:
+        """The pod watch dropped a pod that cannot be gone: it still carries
+        our finalizer, which only the operator removes. Its label went, so
+        the watch no longer shows it; it stays cached and is relabelled."""
+        if uid in self.pods:
+            self.unlabelled.add(uid)
+            self.kick(uid)
 
     def allocation_seen(self, obj: Raw) -> None:
         key, pod_uid = key_of(obj), allocation_pod_uid(obj)
@@ -426,6 +438,13 @@ class Controller:
         if not self.leading():
             return  # a standby: the leader reconciles (and kicks all on taking over)
         pod = self.pods.get(uid)
+        if pod is not None and uid in self.unlabelled:
+            relabelled = await self.api.relabel_pod(pod)
+            self.unlabelled.discard(uid)
+            if not relabelled:
+                self.pod_event("DELETED", pod)
+                return
+            log.warning("pod %s lost its %s label; put back", key_of(pod), names.LABEL_MANAGED)
         views = self.views(uid)
         state = self.state(uid)
         await self._unservable(state, views)

@@ -179,6 +179,17 @@ class OperatorApi:
             _content_type=MERGE, done=(404,),
         )  # fmt: skip
 
+    async def relabel_pod(self, pod: Mapping[str, Any]) -> bool:
+        """Puts `vnpu.io/managed` back on a pod someone took it from (the pod
+        watch selects on it). False when that pod is gone: a 404, or a 409
+        for the uid precondition (another pod now has its name)."""
+        meta = pod.get("metadata") or {}
+        body = {"metadata": {"uid": meta.get("uid"), "labels": {names.LABEL_MANAGED: "true"}}}
+        return await self._write(
+            "patch_pod", self.core.patch_namespaced_pod, meta.get("name"), meta.get("namespace"),
+            body, _content_type=MERGE, done=(404, 409),
+        )  # fmt: skip
+
     async def pod_gone(self, pod: Mapping[str, Any]) -> bool:
         """A read, not a write: True when the pod, or at least the one with
         this uid, no longer exists. For the rare moments the cache may hold a

@@ -27,6 +27,7 @@ from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES, Controller
 from vnpu_operator.dra.claims import ClaimController
 from vnpu_operator.inventories import Inventories
+from vnpu_operator.podstate import Write
 from vnpu_operator.slim import identity, slim_allocation, slim_object, uid_of
 
 SOURCE_VNPUNODES, SOURCE_NODES, SOURCE_PODS, SOURCE_ALLOCATIONS = SOURCES
@@ -82,16 +83,48 @@ def _event_type(kind: str) -> str | None:
     return "DELETED" if kind == DELETED else None
 
 
+def still_ours(controller: Controller, obj: Raw) -> bool:
+    """Whether a pod the selected watch reports DELETED still exists: its
+    last content carries our finalizer (only the operator removes it, and
+    the API server removes no object before its finalizers), or, for a
+    re-list that reports it by identity only, the cached copy does and the
+    operator sent no removal. Then only its label went."""
+    meta = obj.get("metadata") or {}
+    if "finalizers" in meta:
+        return names.POD_FINALIZER in (meta.get("finalizers") or [])
+    uid = uid_of(obj)
+    cached = controller.pods.get(uid)
+    if cached is None or controller.expect.pending(Write.UNFINALIZE, uid):
+        return False
+    return names.POD_FINALIZER in ((cached.get("metadata") or {}).get("finalizers") or [])
+
+
 def pod_informer(
     api_client: client.ApiClient, controller: Controller, settings: OperatorSettings
 ) -> Informer:
+    """Only pods labelled `vnpu.io/managed=true`: the webhook labels every pod
+    it admits for vNPUs, so ordinary pods cost the operator no event and no
+    memory. A pod that loses the label reaches the watch as DELETED; one
+    `still_ours` is relabelled by the leader instead of forgotten
+    (docs/DECISIONS.md, "Watches")."""
     core = client.CoreV1Api(api_client)
 
     async def handle(kind: str, obj: Raw) -> None:
+        if kind == DELETED and still_ours(controller, obj):
+            controller.pod_unlabelled(uid_of(obj))
+            return
         controller.pod_event(_event_type(kind), obj)
 
-    return _informer(
-        SOURCE_PODS, core.list_pod_for_all_namespaces, handle, _pod_identity, controller, settings
+    return Informer(
+        SOURCE_PODS,
+        core.list_pod_for_all_namespaces,
+        handle,
+        label_selector=f"{names.LABEL_MANAGED}=true",
+        keep=_pod_identity,
+        key=uid_of,
+        timeout_seconds=settings.watch_timeout_seconds,
+        retry_max_seconds=settings.retry_max_seconds,
+        listed=partial(controller.listed, SOURCE_PODS),
     )
 
 

@@ -246,6 +246,54 @@ def test_a_gated_pod_whose_request_annotation_was_removed_is_still_released(
     _wait_gone(plane, namespace, "gated-edit")
 
 
+def _drop_managed_label(plane: LocalPlane, ns: str, name: str) -> None:
+    # As the admin (the label is no request annotation; nothing refuses
+    # its removal): the pod watch selects on it (watches.pod_informer).
+    plane.kubectl("label", "pod", "-n", ns, name, f"{names.LABEL_MANAGED}-")
+
+
+def _labelled(plane: LocalPlane, ns: str, name: str) -> bool:
+    labels = ((get_pod(plane, ns, name) or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(names.LABEL_MANAGED) == "true"
+
+
+def test_a_running_pod_whose_managed_label_was_removed_is_relabelled_and_released(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    uid, alloc = _running(plane, namespace, "unlabelled")
+    vnpu_id = alloc["spec"]["vnpuId"]
+    _drop_managed_label(plane, namespace, "unlabelled")
+    wait_for("label put back", lambda: _labelled(plane, namespace, "unlabelled"), timeout=30)
+    # The pod kept its vNPU while unlabelled: it was never taken for gone.
+    assert vnpu_id in _sim_ids(stack, "hd-a")
+    assert [a["spec"]["vnpuId"] for a in pod_allocations(plane, namespace, uid)] == [vnpu_id]
+    # Unlabelled again and deleted at once: the deletion is not lost.
+    _drop_managed_label(plane, namespace, "unlabelled")
+    plane.kubectl("delete", "pod", "-n", namespace, "unlabelled", "--wait=false")
+    _wait_gone(plane, namespace, "unlabelled")
+    assert pod_allocations(plane, namespace, uid) == []
+    assert vnpu_id not in _sim_ids(stack, "hd-a")
+
+
+def test_a_waiting_pod_whose_managed_label_was_removed_is_still_placed_and_released(
+    stack: Stack, plane: LocalPlane, namespace: str
+) -> None:
+    plane.apply(_waiting_pod("unlabelled-gated", namespace))
+    wait_for(
+        "pod told it waits",
+        lambda: (
+            (get_pod(plane, namespace, "unlabelled-gated") or {})
+            .get("status", {})
+            .get("conditions")
+        ),
+        timeout=60,
+    )
+    _drop_managed_label(plane, namespace, "unlabelled-gated")
+    wait_for("label put back", lambda: _labelled(plane, namespace, "unlabelled-gated"), timeout=30)
+    plane.kubectl("delete", "pod", "-n", namespace, "unlabelled-gated", "--wait=false")
+    _wait_gone(plane, namespace, "unlabelled-gated")
+
+
 def test_a_pod_gone_behind_the_operators_back_is_never_placed(
     stack: Stack, plane: LocalPlane, namespace: str
 ) -> None:

@@ -34,6 +34,7 @@ class FakeApi:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
         self.fail: dict[str, ApiException] = {}
+        self.gone: set[str] = set()  # pods the server no longer has
 
     def _record(self, name: str, arg: Any) -> None:
         self.calls.append((name, arg))
@@ -56,6 +57,11 @@ class FakeApi:
 
     async def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
         self._record("patch_pod", ops)
+
+    async def relabel_pod(self, pod: dict[str, Any]) -> bool:
+        """True (relabelled) unless `gone` holds the pod's name."""
+        self._record("relabel_pod", pod["metadata"]["name"])
+        return pod["metadata"]["name"] not in self.gone
 
     async def remove_pod_finalizer(self, pod: dict[str, Any]) -> bool:
         self._record("remove_pod_finalizer", pod["metadata"]["name"])
