@@ -80,7 +80,7 @@ release: $(STAMP) plane-main release-tools ## versioned artifacts from a clean t
 
 .PHONY: crds
 crds: $(STAMP) ## regenerate crds/ and the chart's copy from the API models
-	$(PY) -m vnpu_common.api.crdgen crds/ charts/vnpu-operator/files/crds/
+	$(PY) -m vnpu_common.wire.crdgen crds/ charts/vnpu-operator/files/crds/
 
 .PHONY: chart-docs
 chart-docs: $(STAMP) ## regenerate charts/vnpu-operator/README.md from its values and schema

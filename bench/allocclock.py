@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from bench.watchloop import StampedWatch
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 class AllocationClock(StampedWatch):

@@ -26,7 +26,7 @@ from localplane.components import (
 from localplane.nodes import node_ready
 from localplane.waiting import wait_for
 from vnpu_agent.config import AgentSettings
-from vnpu_common import names
+from vnpu_common.wire import names
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CHIPS = {"910B3": 4, "310P3": 4}

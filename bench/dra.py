@@ -49,7 +49,7 @@ from bench.run import (
 from bench.watchloop import StampedWatch
 from localplane import LocalPlane
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 KINDS = ("claim", "annotation", "plain")
 NAMESPACES = {"claim": "bench-dra", "annotation": "bench", "plain": "bench-base"}

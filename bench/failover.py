@@ -42,8 +42,8 @@ from localplane.plane import LocalPlane, free_port
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from localplane.webhookproxy import Backend, WebhookProxy
-from vnpu_common import names
-from vnpu_common.rawcall import call_json
+from vnpu_common.kube.rawcall import call_json
+from vnpu_common.wire import names
 from vnpu_operator.leases import parse_time
 
 LEASE = names.LEADER_LEASE_NAME

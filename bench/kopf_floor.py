@@ -26,8 +26,9 @@ from typing import Any
 
 import kopf
 
-from vnpu_common import eventloop, names
-from vnpu_common.logs import configure_logging
+from vnpu_common.process import eventloop
+from vnpu_common.process.logs import configure_logging
+from vnpu_common.wire import names
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.handlers import configure
 from vnpu_operator.watches import managed_pod

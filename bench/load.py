@@ -20,9 +20,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from bench.watchloop import StampedWatch
 from localplane.pods import vnpu_pod
-from vnpu_common import names
-from vnpu_common.patches import JSON_PATCH
-from vnpu_common.rawcall import call, call_json, describe
+from vnpu_common.kube.rawcall import call, call_json, describe
+from vnpu_common.wire import names
+from vnpu_common.wire.patches import JSON_PATCH
 from vnpu_operator.lifecycle import containers_stopped
 
 BENCH_UA = "vnpu-bench/1"

@@ -24,7 +24,7 @@ from bench import report
 from bench.allocclock import reuse_delays
 from bench.timeline import epoch
 from localplane.policies import AGENT_USER, OPERATOR_USER
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 def creates_sent(

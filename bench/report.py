@@ -16,8 +16,8 @@ from typing import Any
 
 from bench.stacks import LOOP
 from localplane import LocalPlane
-from vnpu_common import names
-from vnpu_common.rawcall import call_json
+from vnpu_common.kube.rawcall import call_json
+from vnpu_common.wire import names
 
 OURS = {names.USER_AGENT_OPERATOR: "operator", names.USER_AGENT_AGENT: "agent"}
 OTHERS = {"vnpu-bench": "bench-driver", "vnpu-floor": "floor"}

@@ -51,7 +51,8 @@ from bench.cluster import (
     worker_threads_cpu,
 )
 from bench.rates import Search
-from vnpu_common import names, pauses
+from vnpu_common.process import pauses
+from vnpu_common.wire import names
 
 
 def say(msg: str) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from vnpu_agent.drivers.catalog import Usage, find_model
 from vnpu_agent.drivers.sim.state import SimState
-from vnpu_common import names
+from vnpu_common.wire import names
 
 ROOT = Path(__file__).resolve().parents[1]
 

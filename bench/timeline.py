@@ -10,7 +10,7 @@ Two sources, both on the benchmark's clock (wall times turned monotonic):
   its leader Lease writes, the agents' VNPUNode writes (settled ones included),
   Lease renewals and re-lists; each from the request's arrival to its answer;
   and kwok's node Lease renewals where they come in a burst (`bursts`);
-- the components' own pause lines (vnpu_common/pauses.py, on with
+- the components' own pause lines (vnpu_common/process/pauses.py, on with
   `VNPU_DEBUG_PAUSES_MS`): their event loop late (busy, or not scheduled
   by the machine) and their garbage collector's long collections; and the
   benchmark's own, whose watches time every step.
@@ -34,7 +34,7 @@ from typing import Any
 
 from bench.report import OURS, component
 from localplane.policies import AGENT_USER, OPERATOR_USER
-from vnpu_common import names
+from vnpu_common.wire import names
 
 # The plane's policy (localplane/plane.py: writes at Metadata level) and our
 # components' lists: the periodic reads of the operator and agents.

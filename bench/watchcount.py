@@ -22,8 +22,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from vnpu_agent.watcher import label_selector
-from vnpu_common import names
-from vnpu_common.rawcall import call_json
+from vnpu_common.kube.rawcall import call_json
+from vnpu_common.wire import names
 
 BOOKMARK = b'"type":"BOOKMARK"'
 

@@ -9,7 +9,7 @@ import contextlib
 import time
 from typing import Any
 
-from vnpu_common.informer import Informer, ListCall
+from vnpu_common.kube.informer import Informer, ListCall
 
 
 class StampedWatch:

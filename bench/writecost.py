@@ -38,7 +38,7 @@ from bench.run import say
 from vnpu_agent.drivers.base import VNPU
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_agent.inventory import build_status
-from vnpu_common import names
+from vnpu_common.wire import names
 
 PER_CHIP, PER_MODEL, BARE = "per chip", "per model", "no templates"
 SHAPES = (PER_CHIP, PER_MODEL, BARE)

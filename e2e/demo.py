@@ -36,7 +36,7 @@ from localplane.plane import REPO_ROOT, PlaneError
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.base import ANY_VNPU_ID
-from vnpu_common import names
+from vnpu_common.wire import names
 
 NS = "demo"
 QUOTA_NS = "team-q"

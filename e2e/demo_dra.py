@@ -32,7 +32,7 @@ from localplane import LocalPlane, NodeSpec, policies
 from localplane.chart import CHART, helm_ok
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 NS = demo.NS  # demo.pod() and demo.phase_of() read pods there
 NODE = "npu-dra-1"

@@ -34,7 +34,7 @@ from localplane.plane import PlaneError
 from localplane.pods import vnpu_pod
 from localplane.realnode import TEST_IMAGE, RealNode
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 NAMESPACE = "vnpu-system"
 WORK = "demo-node"

@@ -38,7 +38,7 @@ from typing import Any
 from bench.placement.simulate import Outcome, replay
 from bench.placement.workload import Arrival
 from vnpu_agent.dra.slices import pool_slices
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.placement import NodeInventory
 
 NAME = "dra"

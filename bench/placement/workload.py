@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from bench.cluster import CHIPS
 from bench.load import MIX
 from vnpu_agent.drivers.catalog import CATALOG, ChipModel, id_range
-from vnpu_common.api.models import ChipStatus, TemplateResources, VNPUNodeStatus
+from vnpu_common.wire.models import ChipStatus, TemplateResources, VNPUNodeStatus
 from vnpu_operator.placement import NodeInventory, PodRequest
 from vnpu_operator.placement.fragmentation import largest_templates
 

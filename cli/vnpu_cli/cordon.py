@@ -15,9 +15,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from vnpu_cli.errors import CliError
-from vnpu_common import names
-from vnpu_common.api.models import CordonedChip, VNPUNodeSpec
-from vnpu_common.types import Raw
+from vnpu_common.wire import names
+from vnpu_common.wire.models import CordonedChip, VNPUNodeSpec
+from vnpu_common.wire.types import Raw
 
 # Conflicting writers of one node's cordon list: more than a few in a row is
 # not a race any more but something to look at. Each round of a race has one

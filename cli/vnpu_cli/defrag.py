@@ -18,7 +18,7 @@ from typing import Any
 from vnpu_cli.errors import CliError
 from vnpu_cli.snapshot import Snapshot
 from vnpu_cli.table import table
-from vnpu_common.types import Raw
+from vnpu_common.wire.types import Raw
 from vnpu_operator.lifecycle import is_deleting, is_terminal
 from vnpu_operator.pinning import unpinned
 from vnpu_operator.placement import InvalidRequestError, PodRequest, Policy

@@ -18,9 +18,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException, load_kube_config
 
 from vnpu_cli.errors import CliError
-from vnpu_common import names
-from vnpu_common.rawcall import call_json
-from vnpu_common.types import Raw
+from vnpu_common.kube.rawcall import call_json
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 
 # Per request; a cluster that answers nothing in this long is not there.
 REQUEST_TIMEOUT_SECONDS = 30

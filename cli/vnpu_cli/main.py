@@ -20,9 +20,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from vnpu_cli import cordon, defrag, kube, status, usage, why
 from vnpu_cli.errors import CliError
 from vnpu_cli.snapshot import Snapshot
-from vnpu_common import __version__, names
-from vnpu_common.rawcall import describe
-from vnpu_common.types import Raw
+from vnpu_common import __version__
+from vnpu_common.kube.rawcall import describe
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.config import OperatorSettings, PolicyName
 from vnpu_operator.placement import Policy
 from vnpu_operator.placement.defrag import DEFAULT_MAX_MOVES

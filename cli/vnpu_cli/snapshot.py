@@ -15,9 +15,9 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from vnpu_common import names
-from vnpu_common.api.models import ChipStatus, TemplateResources
-from vnpu_common.types import Raw
+from vnpu_common.wire import names
+from vnpu_common.wire.models import ChipStatus, TemplateResources
+from vnpu_common.wire.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.leases import LeaseLiveness
 from vnpu_operator.placement import (

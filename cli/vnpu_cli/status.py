@@ -10,8 +10,8 @@ from typing import Any
 
 from vnpu_cli.snapshot import Snapshot, allocation_phase
 from vnpu_cli.table import table, triple
-from vnpu_common.api.models import ChipStatus
-from vnpu_common.types import Raw
+from vnpu_common.wire.models import ChipStatus
+from vnpu_common.wire.types import Raw
 from vnpu_operator.placement import ChipCapacity
 from vnpu_operator.placement.fragmentation import Fragmentation, total
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from vnpu_cli.snapshot import Snapshot, allocation_resources, catalog
 from vnpu_cli.table import table
-from vnpu_common import names
-from vnpu_common.types import Raw
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.admission.quotas import VNPUQuota
 
 

@@ -24,8 +24,8 @@ from typing import Any
 from vnpu_cli.errors import CliError
 from vnpu_cli.snapshot import Snapshot, allocation_phase, catalog
 from vnpu_cli.table import table
-from vnpu_common import names
-from vnpu_common.types import Raw
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.admission.limits import LimitsRequest, limits_request
 from vnpu_operator.dra.plan import ClaimView, claim_view
 from vnpu_operator.placement import (

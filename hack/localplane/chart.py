@@ -14,7 +14,7 @@ from typing import Any
 from localplane.plane import REPO_ROOT, LocalPlane, PlaneError
 from localplane.productimage import ProductImage
 from localplane.realnode import ASCEND_HANDLER, POD_GATEWAY, REAL_NODE_LABEL, RealNode
-from vnpu_common import names
+from vnpu_common.wire import names
 
 CHART = REPO_ROOT / "charts" / "vnpu-operator"
 RELEASE = "vnpu-operator"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}

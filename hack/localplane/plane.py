@@ -39,7 +39,8 @@ import yaml
 from localplane import policies
 from localplane.nodes import NodeSpec, node_manifest
 from localplane.waiting import wait_for
-from vnpu_common import certs, names
+from vnpu_common.kube import certs
+from vnpu_common.wire import names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "plane" / "build.sh"

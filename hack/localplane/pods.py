@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 DEFAULT_TEMPLATE = "vir05_1c_16g"
 

@@ -39,7 +39,7 @@ from localplane.plane import REPO_ROOT, LocalPlane, PlaneError, run_build_script
 from localplane.waiting import wait_for
 from vnpu_agent.cdi import CDI_KIND
 from vnpu_agent.drivers.sim import NULL_DEVICE
-from vnpu_common import certs
+from vnpu_common.kube import certs
 
 NODE_BUILD_SCRIPT = REPO_ROOT / "hack" / "node" / "build.sh"
 LOCK_FILE = Path("/run/vnpu-localplane-realnode.lock")

@@ -5,7 +5,7 @@ in one place.
 Lenient on purpose: the cache holds the raw objects (a full model per
 allocation costs what the agent spends at 250 nodes per process), and a
 field of the wrong type reads as absent, as each reader did on its own.
-Serving validates the full model (vnpu_common.api) before it acts on one.
+Serving validates the full model (vnpu_common.wire.models) before it acts on one.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 # 0.6.0 is the first version with spec annotations; device names that start
 # with a digit and hostPath need 0.5.0 (the CDI library refuses a spec whose

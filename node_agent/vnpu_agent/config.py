@@ -14,8 +14,8 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import CliSuppress, NoDecode
 
 from vnpu_agent.drivers.backends import DriverKind
-from vnpu_common.cli import parse_settings
-from vnpu_common.settings import ComponentSettings, MetricsPort
+from vnpu_common.process.flags import parse_settings
+from vnpu_common.process.settings import ComponentSettings, MetricsPort
 
 ForeignPolicy = Literal["keep", "collect"]
 

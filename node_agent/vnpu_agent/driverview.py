@@ -21,8 +21,8 @@ from vnpu_agent.drivers.base import VNPU, ChipInfo, Driver, DriverError, DriverF
 from vnpu_agent.gc import OrphanTracker
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.owned import OwnedIds
-from vnpu_common import names
-from vnpu_common.api.models import Condition, set_condition
+from vnpu_common.wire import names
+from vnpu_common.wire.models import Condition, set_condition
 
 # The node agent's log, as before it was split in modules (its lines unchanged).
 log = logging.getLogger(__name__)

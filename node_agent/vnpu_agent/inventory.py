@@ -9,7 +9,7 @@ from typing import Any
 
 from vnpu_agent.allocation import AllocationView
 from vnpu_agent.drivers.base import VNPU, ChipInfo, TemplateSpec
-from vnpu_common.api.models import (
+from vnpu_common.wire.models import (
     ChipStatus,
     Condition,
     ModelTemplates,

@@ -4,7 +4,7 @@ Kept in one place so that the API economy (writes per pod lifecycle) is easy
 to audit: a status patch, a finalizer removal, the VNPUNode status (and its
 restoration when someone else removed or changed it), the Lease, and Events
 for what a user must see. Every write that fails is counted, by operation and
-HTTP status, in `vnpu_agent_api_errors_total` (through `vnpu_common.apiwrites`,
+HTTP status, in `vnpu_agent_api_errors_total` (through `vnpu_common.kube.apiwrites`,
 as the operator's are); an answer the agent acts on (NotFound: create the
 object; AlreadyExists: label it; the allocation gone or replaced) is not a
 failure.
@@ -20,11 +20,11 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
-from vnpu_common import names
-from vnpu_common.apiwrites import Expected, Writes, remove_allocation_finalizer
-from vnpu_common.events import event_body
-from vnpu_common.patches import JSON_PATCH, MERGE, uid_guard
-from vnpu_common.types import Raw
+from vnpu_common.kube.apiwrites import Expected, Writes, remove_allocation_finalizer
+from vnpu_common.wire import names
+from vnpu_common.wire.events import event_body
+from vnpu_common.wire.patches import JSON_PATCH, MERGE, uid_guard
+from vnpu_common.wire.types import Raw
 
 log = logging.getLogger(__name__)
 

@@ -37,13 +37,15 @@ from vnpu_agent.leases import LeaseRenewer
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
 from vnpu_agent.watcher import ListWatcher
-from vnpu_common import __version__, eventloop, gcfreeze, memory, names
-from vnpu_common.apiclient import api_client as new_api_client
-from vnpu_common.http import serve_component
-from vnpu_common.logs import configure_logging
-from vnpu_common.rawcall import call_json
-from vnpu_common.startup import check_port, load_kube_config
-from vnpu_common.types import Raw
+from vnpu_common import __version__
+from vnpu_common.kube.apiclient import api_client as new_api_client
+from vnpu_common.kube.rawcall import call_json
+from vnpu_common.process import eventloop, gcfreeze, memory
+from vnpu_common.process.http import serve_component
+from vnpu_common.process.logs import configure_logging
+from vnpu_common.process.startup import check_port, load_kube_config
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 
 # Named, not __name__: run as `python -m vnpu_agent.main` (the local plane) that
 # would be "__main__".
@@ -142,7 +144,7 @@ class Agent:
 
     async def run(self) -> None:
         s = self.settings
-        # A port in use or no cluster: one line and exit 1 (vnpu_common.startup).
+        # A port in use or no cluster: one line and exit 1 (vnpu_common.process.startup).
         check_port("vnpu-agent", s.metrics_host, s.metrics_port, "--metrics-port")
         await load_kube_config("vnpu-agent", s.kubeconfig)
         self.api_client = new_api_client(f"{names.USER_AGENT_AGENT}/{__version__}")

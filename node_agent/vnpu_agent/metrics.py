@@ -18,9 +18,9 @@ from prometheus_client.registry import Collector
 
 from vnpu_agent.allocation import AllocationView
 from vnpu_agent.drivers.base import VNPU, ChipInfo
-from vnpu_common import names
-from vnpu_common.apiwrites import error_counter
-from vnpu_common.metrics_registry import CHIP_LABELS, MIB, chip_gauge, component_registry
+from vnpu_common.kube.apiwrites import error_counter
+from vnpu_common.process.metrics_registry import CHIP_LABELS, MIB, chip_gauge, component_registry
+from vnpu_common.wire import names
 
 PREFIX: Final = "vnpu_agent"
 
@@ -111,7 +111,7 @@ class AgentMetrics:
             registry=self.registry,
         )
 
-        # Written by kubeapi.AgentApi, through vnpu_common.apiwrites.
+        # Written by kubeapi.AgentApi, through vnpu_common.kube.apiwrites.
         self.api_errors = error_counter(
             PREFIX,
             "Agent API writes that failed, by operation and HTTP status (none: no "

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnpu_common import names
-from vnpu_common.types import Raw
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 
 # After this long without the echo of our last write, the VNPUNode is
 # compared anyway. The echo is not expected to be lost (a resumed watch

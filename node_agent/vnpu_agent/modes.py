@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from vnpu_agent.allocation import AllocationView
-from vnpu_common.types import Raw
+from vnpu_common.wire.types import Raw
 
 # How many allocations the refusal names; the rest are counted.
 NAMED = 5

@@ -31,8 +31,8 @@ from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.owned import OwnedIds
 from vnpu_agent.publisher import NodePublisher
 from vnpu_agent.serving import MAX_CREATE_ATTEMPTS, AllocationServer
-from vnpu_common.faults import log_retry
-from vnpu_common.types import Raw
+from vnpu_common.kube.faults import log_retry
+from vnpu_common.wire.types import Raw
 
 __all__ = ["MAX_CREATE_ATTEMPTS", "NodeAgent"]
 

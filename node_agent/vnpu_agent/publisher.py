@@ -24,11 +24,11 @@ from vnpu_agent.inventory import adds_vnpus, build_status, cordoned_chips, only_
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.mirror import NodeMirror
-from vnpu_common import names
-from vnpu_common.api.models import ChipStatus, VNPUNodeStatus
-from vnpu_common.backoff import Backoff
-from vnpu_common.faults import log_retry
-from vnpu_common.types import Raw
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.faults import log_retry
+from vnpu_common.wire import names
+from vnpu_common.wire.models import ChipStatus, VNPUNodeStatus
+from vnpu_common.wire.types import Raw
 
 # The node agent's log, as before it was split in modules (its lines unchanged).
 log = logging.getLogger(__name__)

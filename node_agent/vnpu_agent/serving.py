@@ -51,12 +51,12 @@ from vnpu_agent.failpoints import failpoint
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.publisher import NodePublisher
-from vnpu_common import names
-from vnpu_common.api.models import VNPUAllocation, find_condition, set_condition
-from vnpu_common.backoff import Backoff
-from vnpu_common.informer import key_of
-from vnpu_common.types import Raw
-from vnpu_common.workqueue import RetryLater, WorkQueue
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.informer import key_of
+from vnpu_common.kube.workqueue import RetryLater, WorkQueue
+from vnpu_common.wire import names
+from vnpu_common.wire.models import VNPUAllocation, find_condition, set_condition
+from vnpu_common.wire.types import Raw
 
 # The node agent's log, as before it was split in modules (its lines unchanged).
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 the allocations it serves (plural `names.ALLOCATION_PLURAL`) and its own
 VNPUNodes (`names.NODE_PLURAL`: what the server holds of the inventory it
 publishes, so that a VNPUNode changed or removed by someone else is noticed,
-NodeAgent.on_node_event). One class serves both; vnpu_common.informer does
+NodeAgent.on_node_event). One class serves both; vnpu_common.kube.informer does
 the listing, resuming and re-listing.
 
 The garbage collector reads `synced` and collects nothing while it is
@@ -17,8 +17,8 @@ from functools import partial
 
 from kubernetes_asyncio import client
 
-from vnpu_common import names
-from vnpu_common.informer import Handler, Informer
+from vnpu_common.kube.informer import Handler, Informer
+from vnpu_common.wire import names
 
 
 def label_selector(nodes: Iterable[str]) -> str:

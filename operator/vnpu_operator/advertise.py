@@ -18,12 +18,12 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import names
-from vnpu_common.backoff import Backoff
-from vnpu_common.fits import id_range_size, instances
-from vnpu_common.quantity import quantity_value
-from vnpu_common.rawcall import describe
-from vnpu_common.workqueue import WorkQueue
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.rawcall import describe
+from vnpu_common.kube.workqueue import WorkQueue
+from vnpu_common.wire import names
+from vnpu_common.wire.fits import id_range_size, instances
+from vnpu_common.wire.quantity import quantity_value
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.placement import Ledger, NodeInventory
 from vnpu_operator.slim import extended_resources

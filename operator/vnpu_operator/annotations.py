@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias, TypeVar
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 COUNT_MIN: Final = 1
 COUNT_MAX: Final = 8

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import CliSuppress, NoDecode
 
-from vnpu_common.cli import parse_settings
-from vnpu_common.settings import ComponentSettings, MetricsPort
+from vnpu_common.process.flags import parse_settings
+from vnpu_common.process.settings import ComponentSettings, MetricsPort
 from vnpu_operator.election import Timing
 from vnpu_operator.placement import Policy
 

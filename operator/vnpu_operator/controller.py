@@ -2,7 +2,7 @@
 drives each pod through `lifecycle.decide`.
 
 Handlers only record objects and `kick` pods into one keyed work queue
-(vnpu_common.workqueue): one reconcile per pod at a time, so steps for one
+(vnpu_common.kube.workqueue): one reconcile per pod at a time, so steps for one
 pod never interleave. Placement decides and books in one synchronous ledger
 call, so pods placed concurrently never share capacity. Nothing polls: pods
 are reconciled when their pod or allocation objects change, waiting pods
@@ -23,12 +23,12 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import names
-from vnpu_common.backoff import Backoff
-from vnpu_common.informer import key_of
-from vnpu_common.rawcall import describe
-from vnpu_common.types import Raw
-from vnpu_common.workqueue import WorkQueue
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.informer import key_of
+from vnpu_common.kube.rawcall import describe
+from vnpu_common.kube.workqueue import WorkQueue
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.admission import OfferedTemplates
 from vnpu_operator.advertise import Advertiser
 from vnpu_operator.config import OperatorSettings

@@ -28,12 +28,12 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import names
-from vnpu_common.backoff import Backoff
-from vnpu_common.faults import log_retry
-from vnpu_common.paging import pages
-from vnpu_common.rawcall import call_json
-from vnpu_common.types import Raw
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.faults import log_retry
+from vnpu_common.kube.paging import pages
+from vnpu_common.kube.rawcall import call_json
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.controller import Controller
 from vnpu_operator.inventories import Inventories
 from vnpu_operator.slim import resource_version

@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnpu_common.types import Raw
+from vnpu_common.wire.types import Raw
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from typing import Any
 
 import kopf
 
-from vnpu_common import names
-from vnpu_common.informer import Informer
+from vnpu_common.kube.informer import Informer
+from vnpu_common.wire import names
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller

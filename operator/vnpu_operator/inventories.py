@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vnpu_common.types import Raw
+from vnpu_common.wire.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.leases import LeaseLiveness
 from vnpu_operator.placement import InvalidInventoryError, Ledger, NodeInventory

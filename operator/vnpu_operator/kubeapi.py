@@ -4,7 +4,7 @@ Kept in one place so the API economy (writes per pod lifecycle) is easy to
 audit: create and delete allocations, the one pinning patch, the pod
 finalizer removal, the waiting condition, and Events a user should see.
 Every write that fails is counted, by operation and HTTP status, in
-`vnpu_operator_api_errors_total` (through `vnpu_common.apiwrites`, as the
+`vnpu_operator_api_errors_total` (through `vnpu_common.kube.apiwrites`, as the
 agent's are).
 """
 
@@ -20,11 +20,11 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
-from vnpu_common import names
-from vnpu_common.apiwrites import Writes, remove_allocation_finalizer
-from vnpu_common.events import event_body, now_rfc3339
-from vnpu_common.patches import JSON_PATCH, MERGE, STRATEGIC, finalizer_removal
-from vnpu_common.rawcall import call_json
+from vnpu_common.kube.apiwrites import Writes, remove_allocation_finalizer
+from vnpu_common.kube.rawcall import call_json
+from vnpu_common.wire import names
+from vnpu_common.wire.events import event_body, now_rfc3339
+from vnpu_common.wire.patches import JSON_PATCH, MERGE, STRATEGIC, finalizer_removal
 from vnpu_operator.placement import Allocation
 
 log = logging.getLogger(__name__)

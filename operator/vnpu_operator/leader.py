@@ -37,10 +37,10 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter, Gauge
 
-from vnpu_common import names
-from vnpu_common.apiwrites import FencedWrite, fenced
-from vnpu_common.patches import JSON_PATCH
-from vnpu_common.rawcall import call_json, describe
+from vnpu_common.kube.apiwrites import FencedWrite, fenced
+from vnpu_common.kube.rawcall import call_json, describe
+from vnpu_common.wire import names
+from vnpu_common.wire.patches import JSON_PATCH
 from vnpu_operator.election import Election, Record, Timing
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio import client
 
-from vnpu_common import names
-from vnpu_common.informer import SYNC, Informer
-from vnpu_common.types import Raw
+from vnpu_common.kube.informer import SYNC, Informer
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 
 # What `LeaseLiveness` reads of a Lease's spec, and all the watch keeps of it.
 _READ = ("renewTime", "acquireTime", "leaseDurationSeconds")

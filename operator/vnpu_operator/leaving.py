@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from vnpu_common.quantity import quantity_value
-from vnpu_common.types import Raw
+from vnpu_common.wire.quantity import quantity_value
+from vnpu_common.wire.types import Raw
 from vnpu_operator.lifecycle import is_deleting, is_terminal
 from vnpu_operator.placement import Ledger
 from vnpu_operator.slim import charged_requests

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.annotations import parse_annotations
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

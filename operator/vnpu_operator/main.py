@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import kopf
 
-from vnpu_common import eventloop, gcfreeze, memory
-from vnpu_common.http import serve_component
-from vnpu_common.logs import configure_logging
-from vnpu_common.startup import check_port, load_kube_config
+from vnpu_common.process import eventloop, gcfreeze, memory
+from vnpu_common.process.http import serve_component
+from vnpu_common.process.logs import configure_logging
+from vnpu_common.process.startup import check_port, load_kube_config
 from vnpu_operator.config import OperatorSettings, parse_args
 from vnpu_operator.wiring import build
 
@@ -29,7 +29,7 @@ async def run(settings: OperatorSettings) -> None:
     """Runs the parts `wiring.build` made: the metrics and probes server, the
     webhook, then Kopf (its handlers start the informers, the Lease watch,
     the convergence and the leader election) until it stops."""
-    # A port in use or no cluster: one line and exit 1 (vnpu_common.startup).
+    # A port in use or no cluster: one line and exit 1 (vnpu_common.process.startup).
     check_port(PROG, settings.metrics_host, settings.metrics_port, "--metrics-port")
     check_port(PROG, settings.webhook_host, settings.webhook_port, "--webhook-port")
     await load_kube_config(PROG, settings.kubeconfig)

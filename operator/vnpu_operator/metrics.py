@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from vnpu_common import names
-from vnpu_common.apiwrites import error_counter
-from vnpu_common.metrics_registry import MIB, chip_gauge, component_registry
+from vnpu_common.kube.apiwrites import error_counter
+from vnpu_common.process.metrics_registry import MIB, chip_gauge, component_registry
+from vnpu_common.wire import names
 from vnpu_operator.placement import ChipCapacity
 from vnpu_operator.placement.fragmentation import Fragmentation, total
 
@@ -113,7 +113,7 @@ class OperatorMetrics:
             "Lease expired (the agent publishes them again when it is back).",
             registry=self.registry,
         )
-        # Written by kubeapi.OperatorApi, through vnpu_common.apiwrites.
+        # Written by kubeapi.OperatorApi, through vnpu_common.kube.apiwrites.
         self.api_errors = error_counter(
             PREFIX,
             "Operator API writes that failed, by operation and HTTP status "

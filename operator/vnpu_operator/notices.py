@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import names
-from vnpu_common.rawcall import describe
-from vnpu_common.types import Raw
+from vnpu_common.kube.rawcall import describe
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.podstate import PodState
 

@@ -20,8 +20,8 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vnpu_common import names
-from vnpu_common.patches import json_pointer
+from vnpu_common.wire import names
+from vnpu_common.wire.patches import json_pointer
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 

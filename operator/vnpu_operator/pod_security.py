@@ -28,10 +28,11 @@ from typing import Any, cast
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import __version__, names
-from vnpu_common.apiclient import api_client
-from vnpu_common.patches import MERGE
-from vnpu_common.startup import load_kube_config
+from vnpu_common import __version__
+from vnpu_common.kube.apiclient import api_client
+from vnpu_common.process.startup import load_kube_config
+from vnpu_common.wire import names
+from vnpu_common.wire.patches import MERGE
 
 PROG = "vnpu-pod-security"
 PROBE_NAME = "vnpu-pod-security-probe"

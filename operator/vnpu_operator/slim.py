@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vnpu_common import names
-from vnpu_common.quantity import quantity_value
-from vnpu_common.types import Raw
+from vnpu_common.wire import names
+from vnpu_common.wire.quantity import quantity_value
+from vnpu_common.wire.types import Raw
 
 # What the operator reads of a pod's spec: placement (selector, affinity,
 # tolerations), pinning (gates, affinity), the lifecycle (gates) and

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Hashable, Mapping
 
-from vnpu_common.types import Raw
+from vnpu_common.wire.types import Raw
 from vnpu_operator.metrics import WaitingPod
 from vnpu_operator.podstate import PodState
 

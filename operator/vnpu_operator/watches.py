@@ -2,7 +2,7 @@
 kind placement and the lifecycle read (pods and allocations are nearly every
 event it handles, about 11 per pod at 200 nodes).
 
-They are informers (vnpu_common.informer), not Kopf handlers: Kopf's
+They are informers (vnpu_common.kube.informer), not Kopf handlers: Kopf's
 per-event machinery cost more CPU than everything the operator does with
 the event (docs/DECISIONS.md, 'Watches without Kopf's per-event cost'), and
 Kopf lists a kind in one unpaged request (1000 Nodes and 1000 VNPUNodes at
@@ -20,9 +20,9 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from vnpu_common import names
-from vnpu_common.informer import DELETED, Handler, Informer, ListCall, key_of
-from vnpu_common.types import Raw
+from vnpu_common.kube.informer import DELETED, Handler, Informer, ListCall, key_of
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES, Controller
 from vnpu_operator.dra.claims import ClaimController

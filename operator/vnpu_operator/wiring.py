@@ -17,11 +17,12 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import __version__, names
-from vnpu_common.apiclient import api_client as new_api_client
-from vnpu_common.informer import Informer
-from vnpu_common.rawcall import call_json
-from vnpu_common.types import Raw
+from vnpu_common import __version__
+from vnpu_common.kube.apiclient import api_client as new_api_client
+from vnpu_common.kube.informer import Informer
+from vnpu_common.kube.rawcall import call_json
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.server import WebhookServer
 from vnpu_operator.advertise import Advertiser

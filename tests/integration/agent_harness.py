@@ -10,7 +10,7 @@ import yaml
 
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AGENT_NAMESPACE
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 def add_node(plane: LocalPlane, name: str, chips: dict[str, int]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 def device_class() -> dict[str, Any]:

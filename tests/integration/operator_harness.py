@@ -15,7 +15,7 @@ from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.base import VNPU
 from vnpu_agent.drivers.sim import SimDriver
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 def get_json(plane: LocalPlane, *args: str) -> Any:

@@ -21,7 +21,7 @@ from localplane.pods import vnpu_pod
 from localplane.policies import ASCEND_RUNTIME_CLASS
 from localplane.realnode import TEST_IMAGE, RealNode, RealNodeError
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 # How long a test run waits for another run's real node (one per machine) to stop
 # before it fails; 0: at once. For machines where several runs share the node.

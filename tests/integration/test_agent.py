@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from localplane import LocalPlane
 from localplane.components import AGENT_NAMESPACE, AgentProcess, vnpu_ids
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

@@ -21,7 +21,7 @@ from localplane import LocalPlane
 from localplane.components import AgentProcess, vnpu_ids
 from localplane.plane import PlaneError
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

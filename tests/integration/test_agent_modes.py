@@ -15,7 +15,7 @@ from agent_harness import add_node, allocation, create, phase
 from localplane import LocalPlane
 from localplane.components import AGENT_NAMESPACE, AgentProcess, vnpu_ids
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

@@ -21,7 +21,7 @@ from operator_harness import audit_since, component
 from localplane import LocalPlane
 from localplane.components import AgentProcess
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

@@ -20,7 +20,7 @@ from operator_harness import OUR_AGENTS, Stack, StackOf, audit_since, component,
 from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 OURS = OUR_AGENTS
 BUDGET = 8

@@ -26,7 +26,7 @@ from localplane import LocalPlane, NodeSpec
 from localplane.components import AGENT_NAMESPACE, AgentProcess
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.placement import Reason
 
 pytestmark = pytest.mark.plane

@@ -10,7 +10,7 @@ import pytest
 from chart_harness import NAMESPACE, OPERATOR_SA, RELEASE, get_json, render
 
 from localplane import LocalPlane, policies
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission.mutation import VISIBLE_DEVICES_FIELD_PATH
 
 pytestmark = pytest.mark.plane

@@ -36,7 +36,7 @@ from localplane import LocalPlane, NodeSpec
 from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess, vnpu_ids
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

@@ -37,8 +37,8 @@ from chart_harness import (
 )
 
 from localplane import LocalPlane, NodeSpec
-from vnpu_common import names
-from vnpu_common.patches import JSON_PATCH, MERGE
+from vnpu_common.wire import names
+from vnpu_common.wire.patches import JSON_PATCH, MERGE
 
 pytestmark = pytest.mark.plane
 

@@ -15,7 +15,7 @@ from chart_harness import CHART, NAMESPACE, RELEASE, SIM_VALUES, helm, render, t
 
 from localplane import LocalPlane
 from release.version import project_version
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

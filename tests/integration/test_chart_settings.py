@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings
 
 from localplane import LocalPlane
 from vnpu_agent.config import AgentSettings
-from vnpu_common.logs import LogFormat
+from vnpu_common.process.logs import LogFormat
 from vnpu_operator.config import OperatorSettings
 
 pytestmark = pytest.mark.plane

@@ -24,7 +24,7 @@ from chart_harness import (
 from operator_harness import Stack
 
 from localplane import LocalPlane, NodeSpec
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission import (
     ServiceRef,
     mutating_webhook_configuration,

@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from localplane import LocalPlane
-from vnpu_common import names
-from vnpu_common.api import crdgen
+from vnpu_common.wire import crdgen, names
 
 pytestmark = pytest.mark.plane
 

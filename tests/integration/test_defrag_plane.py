@@ -16,7 +16,7 @@ from test_kubectl_vnpu import kubectl_vnpu, pod_json
 from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 NODES = ("df-a", "df-b")
 SMALL, LARGEST = "vir05_1c_16g", "vir10_3c_32g"

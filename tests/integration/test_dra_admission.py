@@ -32,7 +32,7 @@ from tenant_harness import User, make_tenant
 
 from localplane import LocalPlane, policies
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 # Not yet on the 1.34 lane (k8s134): not run there so far.
 pytestmark = pytest.mark.plane

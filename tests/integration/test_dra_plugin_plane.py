@@ -33,7 +33,7 @@ from vnpu_agent.dra.protos.dra.v1 import api_pb2 as dra_pb2
 from vnpu_agent.dra.protos.dra.v1 import api_pb2_grpc as dra_grpc
 from vnpu_agent.dra.protos.drahealth.v1 import api_pb2 as health_pb2
 from vnpu_agent.dra.protos.drahealth.v1 import api_pb2_grpc as health_grpc
-from vnpu_common import names
+from vnpu_common.wire import names
 
 # k8s134: also run on the 1.34 lane (`make test-k8s134`): the ResourceClaim's shape is the
 # API server's.

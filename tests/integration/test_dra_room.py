@@ -16,7 +16,7 @@ from test_dra_slices import complete
 
 from localplane import LocalPlane
 from localplane.components import AgentProcess
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

@@ -29,7 +29,7 @@ from agent_harness import add_node
 from localplane import LocalPlane
 from localplane.components import AgentProcess
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

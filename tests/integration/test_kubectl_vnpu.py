@@ -21,7 +21,7 @@ from operator_harness import Stack, get_json
 from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 GOLDEN = Path(__file__).parent / "golden"
 TEAM_A, TEAM_B = "cli-team-a", "cli-team-b"

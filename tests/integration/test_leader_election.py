@@ -64,8 +64,8 @@ from localplane.components import AGENT_NAMESPACE, AgentProcess, OperatorProcess
 from localplane.plane import PlaneError
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_common import names
-from vnpu_common.apiclient import api_client
+from vnpu_common.kube.apiclient import api_client
+from vnpu_common.wire import names
 from vnpu_operator.election import Timing
 from vnpu_operator.leader import Leadership
 

@@ -14,7 +14,7 @@ import yaml
 from kubernetes_asyncio import client, config
 
 from localplane import LocalPlane
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.leases import LeaseWatch
 
 pytestmark = pytest.mark.plane

@@ -29,7 +29,7 @@ from localplane import LocalPlane, NodeSpec
 from localplane.metric_rules import STANDARD_FAMILIES, is_ours, violations
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

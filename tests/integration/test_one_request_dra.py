@@ -23,7 +23,7 @@ from operator_harness import Stack, StackOf, apply_quota, get_json, pod_allocati
 from localplane import LocalPlane, NodeSpec
 from localplane.components import AgentProcess
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

@@ -39,8 +39,8 @@ from localplane.components import AGENT_NAMESPACE, AgentProcess
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
-from vnpu_common import names
-from vnpu_common.api.models import VNPUNodeStatus
+from vnpu_common.wire import names
+from vnpu_common.wire.models import VNPUNodeStatus
 
 pytestmark = pytest.mark.plane
 

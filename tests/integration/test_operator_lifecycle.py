@@ -36,7 +36,7 @@ from localplane import LocalPlane, NodeSpec
 from localplane.components import AgentProcess, vnpu_ids
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission.mutation import VISIBLE_DEVICES_FIELD_PATH
 
 pytestmark = pytest.mark.plane

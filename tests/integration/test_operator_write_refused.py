@@ -20,7 +20,7 @@ from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
 from localplane.policies import NOT_THE_OPERATOR
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

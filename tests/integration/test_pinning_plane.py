@@ -12,7 +12,7 @@ import yaml
 
 from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.pinning import pin_patch
 
 pytestmark = pytest.mark.plane

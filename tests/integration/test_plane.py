@@ -14,7 +14,7 @@ import yaml
 
 from localplane import LocalPlane, NodeSpec
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

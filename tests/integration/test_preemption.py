@@ -31,7 +31,7 @@ from operator_harness import Stack, StackOf, get_json, pod_allocations, pod_runn
 from localplane import LocalPlane, NodeSpec
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.config import OperatorSettings
 
 # k8s134: also run on the 1.34 lane (`make test-k8s134`), since it depends on the API

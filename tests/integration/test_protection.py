@@ -37,7 +37,7 @@ from localplane import LocalPlane, NodeSpec
 from localplane.components import vnpu_ids
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission.mutation import VISIBLE_DEVICES_FIELD_PATH
 
 # k8s134: also run on the 1.34 lane (`make test-k8s134`), since it depends on the API

@@ -11,7 +11,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from localplane import LocalPlane
-from vnpu_common.rawcall import call, call_json
+from vnpu_common.kube.rawcall import call, call_json
 
 pytestmark = pytest.mark.plane
 

@@ -44,7 +44,8 @@ from localplane.realnode import (
     primary_ip,
 )
 from localplane.waiting import wait_for
-from vnpu_common import certs, names
+from vnpu_common.kube import certs
+from vnpu_common.wire import names
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]
 

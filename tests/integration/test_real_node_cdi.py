@@ -38,7 +38,7 @@ from localplane.realnode import ASCEND_HANDLER, TEST_IMAGE, RealNode
 from localplane.waiting import wait_for
 from vnpu_agent import cdi
 from vnpu_agent.drivers.sim import NULL_DEVICE
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission.mutation import device_env
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]

@@ -45,7 +45,7 @@ from localplane.plane import LocalPlane
 from localplane.realnode import ASCEND_HANDLER, RealNode
 from localplane.waiting import wait_for
 from vnpu_agent.drivers.sim import SimDriver
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]
 

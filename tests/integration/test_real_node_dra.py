@@ -34,7 +34,7 @@ from localplane.realnode import ASCEND_HANDLER, KUBELET_ROOT, TEST_IMAGE, RealNo
 from localplane.waiting import wait_for
 from vnpu_agent import cdi
 from vnpu_agent.dra import metadata
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]
 

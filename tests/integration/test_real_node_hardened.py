@@ -35,7 +35,7 @@ from localplane.chart import real_node_values
 from localplane.plane import LocalPlane
 from localplane.realnode import POD_GATEWAY, RealNode
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]
 

@@ -31,7 +31,7 @@ from localplane import LocalPlane, ociimage
 from localplane.pods import vnpu_pod
 from localplane.realnode import IMAGE_REPO, TEST_IMAGE, RealNode
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]
 

@@ -36,7 +36,7 @@ from localplane.plane import LocalPlane
 from localplane.realnode import RealNode
 from localplane.waiting import wait_for
 from release import build, version
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = [pytest.mark.plane, pytest.mark.realnode]
 

@@ -28,7 +28,7 @@ from operator_harness import Stack, StackOf, get_json
 
 from localplane import LocalPlane, NodeSpec
 from localplane.waiting import wait_for
-from vnpu_common import names
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

@@ -15,8 +15,8 @@ from kubernetes_asyncio import client, config
 
 from localplane import LocalPlane
 from vnpu_agent.watcher import ListWatcher
-from vnpu_common import names
-from vnpu_common.informer import Informer
+from vnpu_common.kube.informer import Informer
+from vnpu_common.wire import names
 
 pytestmark = pytest.mark.plane
 

@@ -28,7 +28,8 @@ from localplane import LocalPlane, NodeSpec
 from localplane.components import OperatorProcess
 from localplane.pods import vnpu_pod
 from localplane.waiting import wait_for
-from vnpu_common import certs, names
+from vnpu_common.kube import certs
+from vnpu_common.wire import names
 from vnpu_operator.admission import (
     ServiceRef,
     mutating_webhook_configuration,

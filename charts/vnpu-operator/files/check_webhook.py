@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-# The names the operator uses (vnpu_common.names); a unit test keeps them equal.
+# The names the operator uses (vnpu_common.wire.names); a unit test keeps them equal.
 TEMPLATE_ANNOTATION = "vnpu.io/template"
 WEBHOOKS = ("mutate.pods.vnpu.io", "validate.pods.vnpu.io")
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -27,7 +27,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-# The names the operator uses (vnpu_common.names); a unit test keeps them equal.
+# The names the operator uses (vnpu_common.wire.names); a unit test keeps them equal.
 ALLOCATIONS = "/apis/vnpu.io/v1alpha1/vnpuallocations"
 RESOURCES = ("vnpu.io/aicore", "vnpu.io/memory-mb", "vnpu.io/vnpus")
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

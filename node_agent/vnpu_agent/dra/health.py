@@ -40,7 +40,7 @@ from grpc import aio
 from vnpu_agent.dra.checkpoint import COMPLETED, Checkpoint
 from vnpu_agent.dra.protos.drahealth.v1 import api_pb2 as health_v1
 from vnpu_agent.dra.protos.drahealth.v1alpha1 import api_pb2 as health_v1alpha1
-from vnpu_common import names
+from vnpu_common.wire import names
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from vnpu_agent.dra.checkpoint import ClaimId, PreparedDevice
-from vnpu_common import names
+from vnpu_common.wire import names
 
 log = logging.getLogger(__name__)
 

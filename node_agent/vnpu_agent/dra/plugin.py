@@ -40,7 +40,7 @@ from vnpu_agent.dra import health
 from vnpu_agent.dra.prepare import ClaimId, ClaimReader, Preparer
 from vnpu_agent.dra.protos.dra.v1 import api_pb2 as dra_pb2
 from vnpu_agent.dra.protos.pluginregistration.v1 import api_pb2 as reg_pb2
-from vnpu_common import names
+from vnpu_common.wire import names
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from vnpu_agent.dra.checkpoint import COMPLETED, STARTED, Checkpoint, Entry
 from vnpu_agent.dra.checkpoint import ClaimId as ClaimId  # what plugin.py names calls by
 from vnpu_agent.dra.checkpoint import PreparedDevice as PreparedDevice
 from vnpu_agent.failpoints import failpoint
-from vnpu_common import names
-from vnpu_common.rawcall import call_json, describe
-from vnpu_common.types import Raw
+from vnpu_common.kube.rawcall import call_json, describe
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 
 log = logging.getLogger(__name__)
 

@@ -43,14 +43,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
 from vnpu_agent.dra import slices
-from vnpu_common import names
-from vnpu_common.api.models import ChipStatus
-from vnpu_common.apiwrites import Writes
-from vnpu_common.backoff import Backoff
-from vnpu_common.faults import log_retry
-from vnpu_common.informer import DELETED, Informer
-from vnpu_common.rawcall import call_json, describe
-from vnpu_common.types import Raw
+from vnpu_common.kube.apiwrites import Writes
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.faults import log_retry
+from vnpu_common.kube.informer import DELETED, Informer
+from vnpu_common.kube.rawcall import call_json, describe
+from vnpu_common.wire import names
+from vnpu_common.wire.models import ChipStatus
+from vnpu_common.wire.types import Raw
 
 log = logging.getLogger(__name__)
 

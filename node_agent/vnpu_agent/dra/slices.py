@@ -65,9 +65,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from vnpu_agent.allocation import AllocationView
-from vnpu_common import names
-from vnpu_common.api.models import ChipStatus, TemplateResources
-from vnpu_common.fits import id_range_size, instances, largest
+from vnpu_common.wire import names
+from vnpu_common.wire.fits import id_range_size, instances, largest
+from vnpu_common.wire.models import ChipStatus, TemplateResources
 
 # resource.k8s.io/v1 limits (staging/src/k8s.io/api/resource/v1/types.go).
 MAX_COUNTER_SETS_PER_SLICE: Final = 8  # ResourceSliceMaxCounterSets

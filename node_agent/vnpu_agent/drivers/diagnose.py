@@ -29,7 +29,7 @@ from vnpu_agent.drivers.base import (
     NotFoundError,
     TemplateSpec,
 )
-from vnpu_common import names
+from vnpu_common.wire import names
 
 Op = Literal["create", "destroy", "query"]
 Diagnosis = tuple[type[DriverError], str]

@@ -20,7 +20,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
-from vnpu_common import certs
+from vnpu_common.kube import certs
 
 Clock = Callable[[], float]
 _SHA256 = hashes.SHA256()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission.offered import OfferedTemplates
 from vnpu_operator.annotations import quote
 

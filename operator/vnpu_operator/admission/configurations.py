@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 REGISTRATION_API_VERSION: Final = "admissionregistration.k8s.io/v1"
 TIMEOUT_SECONDS: Final = 5

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission.charges import Charge, charge_for
 from vnpu_operator.admission.limits import (
     LimitsRequest,

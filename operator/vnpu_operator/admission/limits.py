@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from vnpu_common import names
-from vnpu_common.patches import json_pointer
-from vnpu_common.quantity import quantity_value
+from vnpu_common.wire import names
+from vnpu_common.wire.patches import json_pointer
+from vnpu_common.wire.quantity import quantity_value
 from vnpu_operator.admission.offered import OfferedTemplates
 from vnpu_operator.annotations import COUNT_MAX, pod_containers, quote, resource_names
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from vnpu_common import names
-from vnpu_common.patches import json_pointer
-from vnpu_common.quantity import quantity_value
+from vnpu_common.wire import names
+from vnpu_common.wire.patches import json_pointer
+from vnpu_common.wire.quantity import quantity_value
 from vnpu_operator.admission.charges import Charge
 from vnpu_operator.annotations import (
     AdmissionError,

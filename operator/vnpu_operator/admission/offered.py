@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from vnpu_common.api.models import VNPUNodeStatus
+from vnpu_common.wire.models import VNPUNodeStatus
 
 
 @dataclass(frozen=True)

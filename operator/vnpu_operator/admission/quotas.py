@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnpu_common import names
-from vnpu_common.quantity import quantity_value
+from vnpu_common.wire import names
+from vnpu_common.wire.quantity import quantity_value
 from vnpu_operator.admission.charges import Charge
 
 

@@ -27,9 +27,9 @@ from aiohttp import hdrs, web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import names
-from vnpu_common.faults import log_retry
-from vnpu_common.patches import MERGE
+from vnpu_common.kube.faults import log_retry
+from vnpu_common.wire import names
+from vnpu_common.wire.patches import MERGE
 from vnpu_operator.admission import (
     ServiceRef,
     mutating_webhook_configuration,

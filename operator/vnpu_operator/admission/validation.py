@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission.offered import OfferedTemplates
 from vnpu_operator.annotations import parse_annotations, quote, requests_vnpus, resource_names
 

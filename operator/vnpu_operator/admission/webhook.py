@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 from aiohttp import web
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission.charges import Charge
 from vnpu_operator.admission.decisions import (
     DENIED_INVALID,

@@ -15,11 +15,11 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
-from vnpu_common import names
-from vnpu_common.apiwrites import Writes
-from vnpu_common.events import now_rfc3339
-from vnpu_common.rawcall import call_json
-from vnpu_common.types import Raw
+from vnpu_common.kube.apiwrites import Writes
+from vnpu_common.kube.rawcall import call_json
+from vnpu_common.wire import names
+from vnpu_common.wire.events import now_rfc3339
+from vnpu_common.wire.types import Raw
 
 FIELD_MANAGER = "vnpu-operator-dra"
 APPLY = "application/apply-patch+yaml"

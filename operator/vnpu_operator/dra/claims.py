@@ -26,12 +26,12 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import names
-from vnpu_common.apiwrites import FencedWrite
-from vnpu_common.backoff import Backoff
-from vnpu_common.informer import key_of
-from vnpu_common.types import Raw
-from vnpu_common.workqueue import RetryLater, WorkQueue
+from vnpu_common.kube.apiwrites import FencedWrite
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.informer import key_of
+from vnpu_common.kube.workqueue import RetryLater, WorkQueue
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.dra.claimapi import ClaimApi
 from vnpu_operator.dra.plan import (
     AGENT_DOWN,

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.placement.capacity import (
     HEALTHY,
     ChipState,

@@ -26,12 +26,12 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import Counter
 
-from vnpu_common import names
-from vnpu_common.apiwrites import Writes
-from vnpu_common.backoff import Backoff
-from vnpu_common.rawcall import call_json
-from vnpu_common.types import Raw
-from vnpu_common.workqueue import RetryLater, WorkQueue
+from vnpu_common.kube.apiwrites import Writes
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.rawcall import call_json
+from vnpu_common.kube.workqueue import RetryLater, WorkQueue
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.leases import parse_time
 from vnpu_operator.placement import Ledger
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from vnpu_common.api.models import ChipStatus, TemplateResources
+from vnpu_common.wire.models import ChipStatus, TemplateResources
 from vnpu_operator.placement.model import Allocation, ChargedSize, NodeInventory, Resources
 from vnpu_operator.placement.reasons import Reason
 

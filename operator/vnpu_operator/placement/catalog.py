@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from vnpu_common.api.models import TemplateResources
+from vnpu_common.wire.models import TemplateResources
 from vnpu_operator.placement.fragmentation import largest_templates
 
 Key = tuple[str, str]  # (chip model, template name)

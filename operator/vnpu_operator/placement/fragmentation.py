@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from vnpu_common.api.models import TemplateResources
-from vnpu_common.fits import largest
+from vnpu_common.wire.fits import largest
+from vnpu_common.wire.models import TemplateResources
 from vnpu_operator.placement.capacity import HEALTHY, ChipState, NodeState, free_id_count, offered
 from vnpu_operator.placement.model import Resources
 

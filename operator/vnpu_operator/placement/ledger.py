@@ -18,7 +18,7 @@ import logging
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from vnpu_common.api.models import TemplateResources
+from vnpu_common.wire.models import TemplateResources
 from vnpu_operator.placement.candidates import CandidateIndex
 from vnpu_operator.placement.capacity import (
     ChipCapacity,

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vnpu_common import names
-from vnpu_common.api.models import (
+from vnpu_common.wire import names
+from vnpu_common.wire.models import (
     ChipStatus,
     TemplateResources,
     VNPUAllocation,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.annotations import (
     chip_model_problem,
     count_problem,

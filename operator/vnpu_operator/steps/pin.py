@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import names
-from vnpu_common.informer import key_of
-from vnpu_common.types import Raw
+from vnpu_common.kube.informer import key_of
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leaving import Leaving
 from vnpu_operator.lifecycle import Step

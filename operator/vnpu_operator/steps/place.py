@@ -22,9 +22,9 @@ from collections.abc import Callable, Collection, Sequence
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import names
-from vnpu_common.informer import key_of
-from vnpu_common.types import Raw
+from vnpu_common.kube.informer import key_of
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi, allocation_body
 from vnpu_operator.metrics import OperatorMetrics

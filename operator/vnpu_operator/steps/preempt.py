@@ -21,10 +21,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vnpu_common import names
-from vnpu_common.informer import key_of
-from vnpu_common.rawcall import describe
-from vnpu_common.types import Raw
+from vnpu_common.kube.informer import key_of
+from vnpu_common.kube.rawcall import describe
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.lifecycle import is_deleting, is_gated, is_terminal

@@ -8,8 +8,8 @@ import jsonpatch
 import pytest
 from conftest import PodFactory
 
-from vnpu_common import names
-from vnpu_common.quantity import quantity_value
+from vnpu_common.wire import names
+from vnpu_common.wire.quantity import quantity_value
 from vnpu_operator.admission import OfferedTemplates
 from vnpu_operator.admission.charges import Charge, charge_for
 from vnpu_operator.admission.decisions import NOT_SYNCED, decide_mutation, decide_validation

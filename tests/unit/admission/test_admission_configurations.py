@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission import (
     ServiceRef,
     mutating_webhook_configuration,

@@ -10,7 +10,7 @@ import jsonpatch
 import pytest
 from conftest import PodFactory
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission import OfferedTemplates
 from vnpu_operator.admission.decisions import NOT_SYNCED, decide_mutation, decide_validation
 from vnpu_operator.admission.limits import Routing

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission import OfferedTemplates, create_app
 from vnpu_operator.admission.charges import Charge
 from vnpu_operator.admission.quotas import QuotaBook

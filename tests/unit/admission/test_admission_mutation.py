@@ -11,8 +11,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from vnpu_common import names
-from vnpu_common.patches import json_pointer
+from vnpu_common.wire import names
+from vnpu_common.wire.patches import json_pointer
 from vnpu_operator.admission import AdmissionError, AnnotationError, mutate_pod
 from vnpu_operator.admission.mutation import (
     VISIBLE_DEVICES_FIELD_PATH,

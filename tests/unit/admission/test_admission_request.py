@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.annotations import (
     AnnotationError,
     VNPURequest,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from vnpu_common import names
-from vnpu_common.api.models import VNPUNodeStatus
+from vnpu_common.wire import names
+from vnpu_common.wire.models import VNPUNodeStatus
 from vnpu_operator.admission import OfferedTemplates, validate_pod
 from vnpu_operator.admission.decisions import decide_mutation, decide_validation
 

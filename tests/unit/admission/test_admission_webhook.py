@@ -11,7 +11,7 @@ import jsonpatch
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission import OfferedTemplates, create_app
 from vnpu_operator.admission.decisions import NOT_SYNCED, decide_validation
 

@@ -25,7 +25,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from localplane.pods import vnpu_pod
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission import OfferedTemplates, create_app
 from vnpu_operator.lifecycle import requested_count
 from vnpu_operator.placement import InvalidRequestError, PodRequest

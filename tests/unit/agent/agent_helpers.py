@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 TEMPLATE = "vir05_1c_16g"  # 5 of a 910B3's 20 AICores: four fit on one chip
 

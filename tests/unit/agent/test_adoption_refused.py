@@ -17,8 +17,8 @@ from agent_helpers import allocation
 
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_agent.node import MAX_CREATE_ATTEMPTS, NodeAgent
-from vnpu_common import names
-from vnpu_common.workqueue import RetryLater
+from vnpu_common.kube.workqueue import RetryLater
+from vnpu_common.wire import names
 
 
 class Api:

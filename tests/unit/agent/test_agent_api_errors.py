@@ -11,7 +11,7 @@ from kubernetes_asyncio import client
 
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
-from vnpu_common.apiwrites import NO_RESPONSE
+from vnpu_common.kube.apiwrites import NO_RESPONSE
 
 METRIC = "vnpu_agent_api_errors_total"
 

@@ -13,7 +13,7 @@ from vnpu_agent.failpoints import _parse
 from vnpu_agent.inventory import build_status
 from vnpu_agent.owned import OwnedIds
 from vnpu_agent.watcher import label_selector
-from vnpu_common.api.models import VNPUNodeStatus
+from vnpu_common.wire.models import VNPUNodeStatus
 
 
 def test_owned_ids_survive_a_restart(tmp_path: Path) -> None:

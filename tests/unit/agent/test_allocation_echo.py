@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 
 from vnpu_agent.node import NodeAgent
-from vnpu_common import names
+from vnpu_common.wire import names
 
 KEY = "team-a/p1-0"
 

@@ -12,8 +12,8 @@ import pytest
 from agent_helpers import AllocationApi, allocation
 
 from vnpu_agent.node import NodeAgent
-from vnpu_common import names
-from vnpu_common.workqueue import RetryLater
+from vnpu_common.kube.workqueue import RetryLater
+from vnpu_common.wire import names
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from agent_helpers import RecordingApi
 
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_agent.node import NodeAgent
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from vnpu_agent.dra.protos.drahealth.v1 import api_pb2 as v1
 from vnpu_agent.dra.protos.drahealth.v1 import api_pb2_grpc as v1_grpc
 from vnpu_agent.dra.protos.drahealth.v1alpha1 import api_pb2 as v1alpha1
 from vnpu_agent.dra.protos.drahealth.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
-from vnpu_common import names
+from vnpu_common.wire import names
 
 BOOT = "boot-1"
 

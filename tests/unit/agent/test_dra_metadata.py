@@ -24,7 +24,7 @@ from vnpu_agent import cdi
 from vnpu_agent.dra import metadata
 from vnpu_agent.dra.checkpoint import ClaimId, PreparedDevice
 from vnpu_agent.dra.prepare import Preparer
-from vnpu_common import names
+from vnpu_common.wire import names
 
 NODE = "n1"
 NS = "team-a"

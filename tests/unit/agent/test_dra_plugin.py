@@ -26,8 +26,8 @@ from vnpu_agent.dra.protos.dra.v1 import api_pb2_grpc as dra_grpc
 from vnpu_agent.dra.protos.pluginregistration.v1 import api_pb2 as reg_pb2
 from vnpu_agent.dra.protos.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from vnpu_agent.node import NodeAgent
-from vnpu_common import names
-from vnpu_common.workqueue import RetryLater
+from vnpu_common.kube.workqueue import RetryLater
+from vnpu_common.wire import names
 
 NODE = "n1"
 NS = "team-a"

@@ -21,7 +21,7 @@ from vnpu_agent.drivers.sim import SimDriver
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 class FakeSlices:

@@ -24,7 +24,7 @@ from test_dra_pool_slices import chip, counter_sets, devices
 from vnpu_agent.dra import slices
 from vnpu_agent.dra.slices import Held, Present
 from vnpu_agent.drivers.sim import SimDriver
-from vnpu_common import names
+from vnpu_common.wire import names
 
 NODE = "n1"
 

@@ -13,8 +13,8 @@ import pytest
 
 from vnpu_agent.dra import slices
 from vnpu_agent.drivers.catalog import CATALOG
-from vnpu_common import names
-from vnpu_common.api.models import ChipStatus, TemplateResources
+from vnpu_common.wire import names
+from vnpu_common.wire.models import ChipStatus, TemplateResources
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

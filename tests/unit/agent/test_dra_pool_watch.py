@@ -22,7 +22,7 @@ from test_dra_pool import FakeSlices, dra_agent, pool_of
 from vnpu_agent.dra.publisher import PoolPublisher, SliceApi, SliceWatcher, delete_pools
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.node import NodeAgent
-from vnpu_common.backoff import Backoff
+from vnpu_common.kube.backoff import Backoff
 
 
 async def published(tmp_path: Path, fake: FakeSlices) -> tuple[NodeAgent, PoolPublisher]:

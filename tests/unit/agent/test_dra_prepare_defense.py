@@ -20,8 +20,8 @@ from test_dra_plugin import DEVICE, NODE, NS, UID, Api, Reader, claim_obj, dra_a
 from vnpu_agent.dra.checkpoint import Checkpoint
 from vnpu_agent.dra.prepare import ClaimId, Preparer
 from vnpu_agent.node import NodeAgent
-from vnpu_common import names
-from vnpu_common.workqueue import RetryLater
+from vnpu_common.kube.workqueue import RetryLater
+from vnpu_common.wire import names
 
 NewAgent = Callable[..., Awaitable[NodeAgent]]
 CLAIM = ClaimId(NS, UID, "c")

@@ -27,7 +27,7 @@ from vnpu_agent.dra.protos.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_agent.driverview import DriverView
 from vnpu_agent.metrics import AgentMetrics
-from vnpu_common import names
+from vnpu_common.wire import names
 
 # The generated stubs are untyped (grpcio-tools writes no types for them).
 Stub: Any = reg_grpc.RegistrationStub

@@ -10,7 +10,7 @@ from typing import Any
 from vnpu_agent.drivers.base import ChipInfo, TemplateSpec
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_agent.inventory import build_status
-from vnpu_common.api.models import VNPUNodeStatus
+from vnpu_common.wire.models import VNPUNodeStatus
 
 
 def _status(chips: list[ChipInfo], templates: dict[int, list[TemplateSpec]]) -> dict[str, Any]:

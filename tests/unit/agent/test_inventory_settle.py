@@ -20,8 +20,8 @@ from vnpu_agent.drivers.base import VNPU, ChipInfo
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_agent.inventory import build_status, news, only_restates
 from vnpu_agent.node import NodeAgent
-from vnpu_common import names
-from vnpu_common.api.models import Condition
+from vnpu_common.wire import names
+from vnpu_common.wire.models import Condition
 
 SETTLE = 30.0
 

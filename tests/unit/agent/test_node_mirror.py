@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from vnpu_agent.mirror import ECHO_WAIT_SECONDS, NodeMirror
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 def obj(rv: int, free: int = 10) -> dict[str, Any]:

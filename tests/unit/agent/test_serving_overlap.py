@@ -15,7 +15,7 @@ from typing import Any
 from agent_helpers import AllocationApi, allocation
 
 from vnpu_agent.node import NodeAgent
-from vnpu_common import names
+from vnpu_common.wire import names
 
 NewAgent = Callable[..., Awaitable[NodeAgent]]
 

@@ -18,8 +18,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from vnpu_agent import mirror as mirror_module
 from vnpu_agent import publisher as publisher_module
 from vnpu_agent.node import NodeAgent
-from vnpu_common import names
-from vnpu_common.backoff import Backoff
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.wire import names
 
 SETTLE = 0.05
 

@@ -22,7 +22,7 @@ from bench.dra import (
 )
 from bench.load import PodTimes
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 NAME = "scheduler_dra_bindingconditions_wait_duration_seconds"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.run import put_off_due
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 SETTLE, MIN = 30.0, 5.0
 

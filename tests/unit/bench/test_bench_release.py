@@ -7,7 +7,7 @@ from typing import Any
 from bench.release import committed, creates_sent, split
 
 from localplane.policies import AGENT_USER, OPERATOR_USER
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 def create(name: str, at: str, user: str = OPERATOR_USER, resource: str = "") -> dict[str, Any]:

@@ -15,7 +15,7 @@ SP = "/opt/venv/lib/python3.11/site-packages"
 MAIN = (
     "_run_module_as_main (<frozen runpy>:198);_run_code (<frozen runpy>:88);"
     f"<module> ({OP}/main.py:100);main ({OP}/main.py:96);"
-    "run (/work/main/common/vnpu_common/eventloop.py:24);"
+    "run (/work/main/common/vnpu_common/process/eventloop.py:24);"
     "Runner.run (/usr/lib/python3.11/asyncio/runners.py:118)"
 )
 
@@ -47,7 +47,7 @@ def test_shares_are_inclusive_counted_once_per_stack_and_leave_out_the_roots() -
         {MAIN};reconcile ({OP}/controller.py:406);_write ({OP}/kubeapi.py:88) 30
         {MAIN};reconcile ({OP}/controller.py:406);decide ({OP}/lifecycle.py:179) 10
         {MAIN};reconcile ({OP}/controller.py:406);reconcile ({OP}/controller.py:420) 10
-        {MAIN};_watch (/work/main/common/vnpu_common/informer.py:171) 20
+        {MAIN};_watch (/work/main/common/vnpu_common/kube/informer.py:171) 20
         {MAIN} 30
         {THREAD};create (/work/main/node_agent/vnpu_agent/drivers/sim.py:80) 25
         not a stack line
@@ -58,7 +58,7 @@ def test_shares_are_inclusive_counted_once_per_stack_and_leave_out_the_roots() -
     # 30 + 10 + 10: the recursion's second frame is not counted twice.
     assert shares["reconcile (vnpu_operator/controller.py)"] == 50 / 125
     assert shares["_write (vnpu_operator/kubeapi.py)"] == 30 / 125
-    assert shares["_watch (vnpu_common/informer.py)"] == 20 / 125
+    assert shares["_watch (vnpu_common/kube/informer.py)"] == 20 / 125
     assert shares["decide (vnpu_operator/lifecycle.py)"] == 10 / 125
     # A worker thread's samples show under the executor's worker and what it ran.
     assert shares["_worker (concurrent/futures/thread.py)"] == 25 / 125

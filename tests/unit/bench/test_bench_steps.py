@@ -21,7 +21,7 @@ from bench.timeline import (
 )
 from kubernetes_asyncio import client
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 class Lister:
@@ -146,7 +146,7 @@ def test_overlaps_compare_slow_pods_with_all() -> None:
 
 def test_pause_lines_and_audit_kinds() -> None:
     lines = [
-        "2026 INFO vnpu_common.pauses pause kind=loop start=100.0 ms=50.0 cpu_ms=48.0",
+        "2026 INFO vnpu_common.process.pauses pause kind=loop start=100.0 ms=50.0 cpu_ms=48.0",
         "pause kind=loop start=101.0 ms=50.0 cpu_ms=1.0",
         "pause kind=gc start=102.0 ms=20.0 gen=2 collected=5",
         "unrelated",

@@ -6,7 +6,7 @@ import json
 
 from bench.watchcount import Tally, WatchSpec, component_watches, per_pod
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 def line(kind: str, obj: dict[str, object]) -> bytes:

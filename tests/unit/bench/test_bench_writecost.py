@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench import writecost
 
-from vnpu_common.api.models import VNPUNodeStatus
+from vnpu_common.wire.models import VNPUNodeStatus
 
 
 def _offers(raw: dict[str, object]) -> dict[int, list[str]]:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from vnpu_common import names
-from vnpu_common.api.models import VNPUAllocation, VNPUNode
+from vnpu_common.wire import names
+from vnpu_common.wire.models import VNPUAllocation, VNPUNode
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = yaml.safe_load((ROOT / "charts/vnpu-operator/Chart.yaml").read_text())

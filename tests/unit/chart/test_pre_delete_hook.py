@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 SCRIPT = Path(__file__).resolve().parents[3] / "charts/vnpu-operator/files/pre_delete.py"
 

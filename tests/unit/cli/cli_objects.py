@@ -6,8 +6,8 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vnpu_common import names
-from vnpu_common.api.models import ChipStatus, Health, TemplateResources, VNPUInfo, VNPUNodeStatus
+from vnpu_common.wire import names
+from vnpu_common.wire.models import ChipStatus, Health, TemplateResources, VNPUInfo, VNPUNodeStatus
 
 GB = 1024
 NOW = 1_800_000_000.0

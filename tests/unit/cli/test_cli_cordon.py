@@ -7,7 +7,7 @@ import pytest
 
 from vnpu_cli import cordon
 from vnpu_cli.errors import CliError
-from vnpu_common.api.models import CordonedChip
+from vnpu_common.wire.models import CordonedChip
 
 
 def vnpu_node(*entries: tuple[int, str], version: str = "42") -> dict[str, object]:

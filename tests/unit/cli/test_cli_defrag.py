@@ -15,7 +15,7 @@ from vnpu_cli import defrag
 from vnpu_cli.errors import CliError
 from vnpu_cli.main import _parser, main, render
 from vnpu_cli.snapshot import Snapshot
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.pinning import HOSTNAME_LABEL, pin_patch, unpinned
 from vnpu_operator.placement import Policy
 from vnpu_operator.placement import defrag as defrag_plan

@@ -32,7 +32,7 @@ from vnpu_cli import why
 from vnpu_cli.errors import CliError
 from vnpu_cli.main import main, render
 from vnpu_cli.snapshot import Snapshot
-from vnpu_common import names
+from vnpu_common.wire import names
 
 GOLDEN = Path(__file__).parent / "golden"
 SMALL = "vir05_1c_16g"

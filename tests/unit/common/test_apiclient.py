@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes_asyncio import client
 
-from vnpu_common.apiclient import CONNECTIONS, api_client
+from vnpu_common.kube.apiclient import CONNECTIONS, api_client
 
 
 @pytest.fixture

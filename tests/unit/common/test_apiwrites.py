@@ -10,7 +10,7 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
-from vnpu_common.apiwrites import NO_RESPONSE, Writes, error_counter
+from vnpu_common.kube.apiwrites import NO_RESPONSE, Writes, error_counter
 
 
 class _Response:

@@ -1,6 +1,6 @@
 import pytest
 
-from vnpu_common.backoff import Backoff
+from vnpu_common.kube.backoff import Backoff
 
 
 def test_doubles_from_base_up_to_the_cap() -> None:

@@ -9,8 +9,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, Field
 
-from vnpu_common import names
-from vnpu_common.api import crdgen
+from vnpu_common.wire import crdgen, names
 
 CRD_DIR = Path(__file__).resolve().parents[3] / "crds"
 

@@ -12,12 +12,12 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import rawcall
-from vnpu_common.apiwrites import FencedWrite
-from vnpu_common.backoff import Backoff
-from vnpu_common.faults import fault, is_expected, log_retry
-from vnpu_common.logs import configure_logging
-from vnpu_common.workqueue import WorkQueue
+from vnpu_common.kube import rawcall
+from vnpu_common.kube.apiwrites import FencedWrite
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.faults import fault, is_expected, log_retry
+from vnpu_common.kube.workqueue import WorkQueue
+from vnpu_common.process.logs import configure_logging
 
 log = logging.getLogger("vnpu_test.faults")
 
@@ -189,7 +189,7 @@ async def test_the_work_queue_logs_a_reset_as_a_line_and_a_bug_with_its_tracebac
         raise faults[key]
 
     q = WorkQueue(handler, name="t", backoff=Backoff(base=60, cap=60, jitter=0.0))
-    with caplog.at_level(logging.DEBUG, logger="vnpu_common.workqueue"):
+    with caplog.at_level(logging.DEBUG, logger="vnpu_common.kube.workqueue"):
         q.add("reset")
         await q.idle()
         q.add("bug")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from vnpu_common.gcfreeze import Freezer
+from vnpu_common.process.gcfreeze import Freezer
 
 
 class Node:

@@ -30,7 +30,7 @@ def test_names_resolve_to_kubernetes_asyncios_own_classes_and_work() -> None:
     result = fresh(
         """
         import asyncio, json, sys
-        from vnpu_common import lazyclient
+        from vnpu_common.kube import lazyclient
         installed = lazyclient.install()
         import kopf
         from kubernetes_asyncio import client, config
@@ -80,7 +80,7 @@ def test_importing_either_component_makes_the_client_lazy() -> None:
             f"""
             import json
             import {package}.main
-            from vnpu_common import lazyclient
+            from vnpu_common.kube import lazyclient
             print(json.dumps({{"lazy": lazyclient.is_lazy()}}))
             """
         )
@@ -92,7 +92,7 @@ def test_a_client_imported_before_is_left_as_it_is() -> None:
         """
         import json
         import kubernetes_asyncio
-        from vnpu_common import lazyclient
+        from vnpu_common.kube import lazyclient
         print(json.dumps({"installed": lazyclient.install(), "lazy": lazyclient.is_lazy()}))
         """
     )

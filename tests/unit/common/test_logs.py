@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pytest
 
-from vnpu_common.logs import configure_logging
+from vnpu_common.process.logs import configure_logging
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from vnpu_common.memory import Trimmer, libc_trim, resident_mb
+from vnpu_common.process.memory import Trimmer, libc_trim, resident_mb
 
 
 class FakeProcess:
@@ -73,7 +73,7 @@ def test_glibc_trim_returns_a_freed_hole_to_the_system() -> None:
     # glibc cannot shrink a heap below a live block, malloc_trim can.
     code = textwrap.dedent(
         """
-        from vnpu_common.memory import libc_trim, resident_mb
+        from vnpu_common.process.memory import libc_trim, resident_mb
         blocks = [bytearray(b"x" * 8000) for _ in range(25_000)]
         keep = bytearray(b"y" * 8000)
         del blocks

@@ -1,4 +1,4 @@
-"""Authenticated /metrics (vnpu_common.metrics_auth, http.serve_http): the token
+"""Authenticated /metrics (vnpu_common.process.metrics_auth, http.serve_http): the token
 check's verdicts and cache, and the served port: TLS, 401/403 before any series,
 probes in plain HTTP on their own port. The API server's own review of real
 tokens is tests/integration/test_metrics_auth_plane.py."""
@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from vnpu_common.http import serve_http
-from vnpu_common.metrics_auth import TokenCheck, Verdict, self_signed_context
+from vnpu_common.process.http import serve_http
+from vnpu_common.process.metrics_auth import TokenCheck, Verdict, self_signed_context
 
 GOOD, OTHER = "token-of-the-scraper", "token-of-a-tenant"
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from vnpu_common import names
-from vnpu_common.api.models import (
+from vnpu_common.wire import names
+from vnpu_common.wire.models import (
     Condition,
     VNPUAllocation,
     VNPUAllocationSpec,

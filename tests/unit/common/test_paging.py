@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common.paging import Fetch, Raw, pages
+from vnpu_common.kube.paging import Fetch, Raw, pages
 
 
 def server(pages_: list[Raw], *, expire: str | None = None) -> tuple[list[str | None], Fetch]:

@@ -1,8 +1,8 @@
 import jsonpatch
 import pytest
 
-from vnpu_common.events import MESSAGE_MAX, event_body
-from vnpu_common.patches import finalizer_removal, json_pointer
+from vnpu_common.wire.events import MESSAGE_MAX, event_body
+from vnpu_common.wire.patches import finalizer_removal, json_pointer
 
 
 def test_json_pointer_escapes_each_token() -> None:

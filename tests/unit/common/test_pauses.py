@@ -1,4 +1,4 @@
-"""Pause logging (vnpu_common/pauses.py): off unless asked for; a long
+"""Pause logging (vnpu_common/process/pauses.py): off unless asked for; a long
 collection and a late loop are logged with their start and length."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from vnpu_common import eventloop, pauses
+from vnpu_common.process import eventloop, pauses
 
 
 def test_off_unless_the_environment_sets_a_threshold(monkeypatch: pytest.MonkeyPatch) -> None:

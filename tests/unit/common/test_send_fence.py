@@ -14,8 +14,8 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from vnpu_common.apiclient import api_client
-from vnpu_common.apiwrites import FencedWrite, Writes, error_counter
+from vnpu_common.kube.apiclient import api_client
+from vnpu_common.kube.apiwrites import FencedWrite, Writes, error_counter
 
 
 class Server:

@@ -1,6 +1,6 @@
 """A start that cannot go on is one line and exit status 1, for both
 commands: no cluster configuration, a --kubeconfig that does not exist, the
-metrics or webhook port taken by another process (vnpu_common.startup).
+metrics or webhook port taken by another process (vnpu_common.process.startup).
 Run as the console scripts are, in a subprocess, so that nothing the event
 loop or the client library prints on the way out escapes the check."""
 

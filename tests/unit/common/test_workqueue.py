@@ -2,8 +2,8 @@ import asyncio
 
 import pytest
 
-from vnpu_common.backoff import Backoff
-from vnpu_common.workqueue import RetryLater, WorkQueue
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.workqueue import RetryLater, WorkQueue
 
 FAST = Backoff(base=0.01, cap=0.04, jitter=0.0)
 

@@ -3,7 +3,7 @@
 Two kinds of reference are checked, in inline code outside fenced blocks:
 
 - a dotted name that starts with one of the project's packages
-  (`vnpu_agent.serving.AllocationServer`, `vnpu_common.settings.ComponentSettings`,
+  (`vnpu_agent.serving.AllocationServer`, `vnpu_common.process.settings.ComponentSettings`,
   `bench.placement`): the longest importable module prefix is imported and the
   rest looked up attribute by attribute;
 - `Class.attribute` where a class of the project's packages has that name
@@ -195,8 +195,8 @@ def test_the_checker_catches_what_is_gone(tmp_path: Path) -> None:
     # The checker itself, on a document inside the repository's tree shape.
     doc = ROOT / "docs" / "_symbols_check_tmp.md"
     doc.write_text(
-        "`vnpu_common.names.REASON_WAITING` and `vnpu_agent.serving.AllocationServer` exist;\n"
-        "`vnpu_common.names.NO_SUCH_NAME`, `vnpu_operator.no_such_module.X`,\n"
+        "`vnpu_common.wire.names.REASON_WAITING` and `vnpu_agent.serving.AllocationServer` exist;\n"
+        "`vnpu_common.wire.names.NO_SUCH_NAME`, `vnpu_operator.no_such_module.X`,\n"
         "`placement/ledger.py` and `placement/no_such_file.py`, `kopf/_kits/webhooks.py`;\n"
         "`Ledger.place`, `Ledger.no_such_method`, `NotOurs.anything`;\n"
         "```\n`vnpu_common.fenced.NotChecked`\n```\n"
@@ -207,8 +207,8 @@ def test_the_checker_catches_what_is_gone(tmp_path: Path) -> None:
     finally:
         doc.unlink()
     assert found == [
-        "docs/_symbols_check_tmp.md:2: `vnpu_common.names.NO_SUCH_NAME`: "
-        "vnpu_common.names has no NO_SUCH_NAME",
+        "docs/_symbols_check_tmp.md:2: `vnpu_common.wire.names.NO_SUCH_NAME`: "
+        "vnpu_common.wire.names has no NO_SUCH_NAME",
         "docs/_symbols_check_tmp.md:2: `vnpu_operator.no_such_module.X`: "
         "vnpu_operator has no no_such_module",
         "docs/_symbols_check_tmp.md:3: `placement/no_such_file.py`: "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vnpu_agent import drivers
 from vnpu_agent.drivers import base
-from vnpu_common import names
+from vnpu_common.wire import names
 
 USAGE = Path(__file__).resolve().parents[3] / "docs" / "USAGE.md"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.placement.reasons import Reason
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "TROUBLESHOOTING.md"

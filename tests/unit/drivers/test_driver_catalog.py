@@ -16,7 +16,7 @@ from vnpu_agent.drivers.catalog import (
     ids_per_chip_for,
     normalize_model,
 )
-from vnpu_common import names
+from vnpu_common.wire import names
 
 GB = 1024
 

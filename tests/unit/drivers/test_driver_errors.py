@@ -21,7 +21,7 @@ from vnpu_agent.drivers.base import (
 from vnpu_agent.drivers.diagnose import check_vnpu_id, error_for_code
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_agent.drivers.sim.state import SimStateError
-from vnpu_common.api.models import _CONDITION_REASON_PATTERN
+from vnpu_common.wire.models import _CONDITION_REASON_PATTERN
 
 ALL_ERRORS = [
     CapacityError,

@@ -16,7 +16,7 @@ import pytest
 
 from localplane import ascend_runtime as rt
 from vnpu_agent.drivers.sim import NULL_DEVICE
-from vnpu_common import names
+from vnpu_common.wire import names
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ from cryptography import x509
 
 from localplane.nodes import NodeSpec, format_chips, node_manifest, parse_chips
 from localplane.plane import ephemeral_low, free_port
-from vnpu_common import certs, names
+from vnpu_common.kube import certs
+from vnpu_common.wire import names
 
 
 def test_chip_spec_roundtrip() -> None:

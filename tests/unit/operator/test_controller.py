@@ -13,8 +13,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from tests.unit.placement.placement_helpers import chip
 
 from localplane.pods import vnpu_pod
-from vnpu_common import names
-from vnpu_common.api.models import VNPUNodeStatus
+from vnpu_common.wire import names
+from vnpu_common.wire.models import VNPUNodeStatus
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.leases import parse_time

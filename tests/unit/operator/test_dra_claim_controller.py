@@ -15,8 +15,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 from tests.unit.placement.placement_helpers import chip, node
 
-from vnpu_common import names
-from vnpu_common.apiwrites import FencedWrite
+from vnpu_common.kube.apiwrites import FencedWrite
+from vnpu_common.wire import names
 from vnpu_operator.dra.claims import ClaimController
 from vnpu_operator.metrics import OperatorMetrics
 from vnpu_operator.placement import Allocation, Ledger, NodeInventory

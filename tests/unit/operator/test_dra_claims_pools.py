@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from tests.unit.placement.placement_helpers import chip, node
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.dra.claims import ClaimController
 from vnpu_operator.dra.pools import DeadPools, lease_expiry
 from vnpu_operator.metrics import OperatorMetrics

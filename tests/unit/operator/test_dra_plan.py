@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.unit.placement.placement_helpers import chip, node
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.dra.plan import (
     CLAIM_DELETING,
     AllocInfo,

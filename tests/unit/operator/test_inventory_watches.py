@@ -10,7 +10,7 @@ from typing import Any, cast
 from test_controller import World, lease, node_obj, vnpu_node
 from test_convergence import Answer
 
-from vnpu_common.informer import Informer
+from vnpu_common.kube.informer import Informer
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES
 from vnpu_operator.watches import node_informer, vnpunode_informer

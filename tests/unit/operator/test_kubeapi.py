@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
-from vnpu_common.apiwrites import NO_RESPONSE
+from vnpu_common.kube.apiwrites import NO_RESPONSE
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.metrics import OperatorMetrics
 

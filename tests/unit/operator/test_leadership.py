@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from tests.unit.operator.test_controller import World, pod
 
-from vnpu_common.apiwrites import Writes
+from vnpu_common.kube.apiwrites import Writes
 from vnpu_operator.election import Record, Timing
 from vnpu_operator.leader import Leadership, NotLeading
 

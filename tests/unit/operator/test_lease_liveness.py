@@ -8,8 +8,8 @@ import asyncio
 import datetime as dt
 import time
 
-from vnpu_common import names
-from vnpu_common.types import Raw
+from vnpu_common.wire import names
+from vnpu_common.wire.types import Raw
 from vnpu_operator.leases import LeaseLiveness
 
 NS = "vnpu-system"

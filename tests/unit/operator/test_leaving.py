@@ -9,7 +9,7 @@ from typing import Any
 
 from test_controller import World, big, node_obj
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.leaving import over_allocatable
 from vnpu_operator.steps import pin
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from localplane.pods import vnpu_pod
-from vnpu_common import names
-from vnpu_common.patches import finalizer_removal
+from vnpu_common.wire import names
+from vnpu_common.wire.patches import finalizer_removal
 from vnpu_operator.lifecycle import (
     AllocView,
     StepKind,

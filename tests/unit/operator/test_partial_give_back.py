@@ -11,7 +11,7 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 from test_controller import FakeApi, World, pod
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.placement import MAX_COUNT
 from vnpu_operator.placement.model import allocation_name
 

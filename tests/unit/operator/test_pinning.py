@@ -8,7 +8,7 @@ import jsonpatch
 import pytest
 
 from localplane.pods import vnpu_pod
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.pinning import PinningError, pin_patch
 
 LABELS = {"kubernetes.io/hostname": "node-a"}

@@ -10,7 +10,7 @@ from typing import Any
 
 from test_controller import World, pod
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.podstate import Write
 from vnpu_operator.slim import identity
 from vnpu_operator.watches import still_ours

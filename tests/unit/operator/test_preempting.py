@@ -12,7 +12,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import generate_latest
 from test_controller import FakeApi, World, pod
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.kubeapi import OperatorApi
 from vnpu_operator.metrics import OperatorMetrics

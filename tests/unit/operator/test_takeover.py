@@ -13,7 +13,7 @@ from typing import Any
 from test_controller import World
 
 from localplane.pods import vnpu_pod
-from vnpu_common import names
+from vnpu_common.wire import names
 
 TEMPLATE = "vir05_1c_16g"
 

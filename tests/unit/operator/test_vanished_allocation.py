@@ -11,8 +11,8 @@ from typing import Any
 from test_controller import World, pod
 from tests.unit.placement.placement_helpers import chip
 
-from vnpu_common import names
-from vnpu_common.api.models import VNPUNodeStatus
+from vnpu_common.wire import names
+from vnpu_common.wire.models import VNPUNodeStatus
 
 TEMPLATE = "vir05_1c_16g"
 

@@ -14,7 +14,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
-from vnpu_common import certs
+from vnpu_common.kube import certs
 from vnpu_operator.admission import ServiceRef, mutating_webhook_configuration
 from vnpu_operator.admission.certs import (
     CertDir,

@@ -9,7 +9,7 @@ import asyncio
 import ssl
 
 from localplane.plane import free_port
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.server import WebhookServer
 from vnpu_operator.config import parse_args

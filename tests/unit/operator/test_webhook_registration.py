@@ -12,7 +12,8 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import certs, names
+from vnpu_common.kube import certs
+from vnpu_common.wire import names
 from vnpu_operator.admission.configurations import mutating_webhook_configuration
 from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.admission.server import WebhookServer

@@ -10,8 +10,8 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 from test_controller import FakeApi, World, pod
 
-from vnpu_common import names
-from vnpu_common.rawcall import api_message, describe
+from vnpu_common.kube.rawcall import api_message, describe
+from vnpu_common.wire import names
 from vnpu_operator.notices import write_failure
 
 POLICY = (

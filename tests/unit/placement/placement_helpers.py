@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vnpu_common.api.models import ChipStatus, TemplateResources, VNPUInfo, VNPUNodeStatus
+from vnpu_common.wire.models import ChipStatus, TemplateResources, VNPUInfo, VNPUNodeStatus
 from vnpu_operator.placement import NodeInventory, NoFit, Placement, PodRequest
 
 GB = 1024

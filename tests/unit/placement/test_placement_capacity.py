@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from placement_helpers import GB, chip, node, request
 
-from vnpu_common.api.models import VNPUInfo
+from vnpu_common.wire.models import VNPUInfo
 from vnpu_operator.placement import (
     Allocation,
     Ledger,

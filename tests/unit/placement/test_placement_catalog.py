@@ -8,7 +8,7 @@ import random
 
 from placement_helpers import chip, node, placed, request
 
-from vnpu_common.api.models import TemplateResources
+from vnpu_common.wire.models import TemplateResources
 from vnpu_operator.placement import Ledger, NodeInventory, Placement
 from vnpu_operator.placement.catalog import CatalogIndex
 

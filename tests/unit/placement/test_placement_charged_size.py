@@ -13,8 +13,8 @@ import pytest
 from placement_helpers import GB, chip, node, nofit, placed, request
 
 from localplane.pods import vnpu_pod
-from vnpu_common import names
-from vnpu_common.api.models import ChipStatus, TemplateResources
+from vnpu_common.wire import names
+from vnpu_common.wire.models import ChipStatus, TemplateResources
 from vnpu_operator.placement import InvalidRequestError, Ledger, Placement, PodRequest, Reason
 from vnpu_operator.placement.capacity import build_node_state, chip_obstacle
 from vnpu_operator.placement.model import ChargedSize, Policy

@@ -9,7 +9,7 @@ import random
 import pytest
 from placement_helpers import MODELS, chip, node, request
 
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.admission import OfferedTemplates
 from vnpu_operator.admission.charges import Charge, charge_for
 from vnpu_operator.advertise import node_totals, status_patch

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from placement_helpers import node, placed, request
 
-from vnpu_common.api.models import VNPUInfo
+from vnpu_common.wire.models import VNPUInfo
 from vnpu_operator.placement import Ledger, NodeInventory, Placement, PodRequest, Policy
 from vnpu_operator.placement.defrag import CORDON_REASON, Plan, plan
 

@@ -7,8 +7,8 @@ import re
 import pytest
 from placement_helpers import affinity, chip, expr, node, nofit, placed, request
 
-from vnpu_common import names
-from vnpu_common.api.models import ObjectMeta, VNPUAllocation
+from vnpu_common.wire import names
+from vnpu_common.wire.models import ObjectMeta, VNPUAllocation
 from vnpu_operator.placement import (
     Allocation,
     AllocationConflictError,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from placement_helpers import MODELS, chip, node, request
 
-from vnpu_common.api.models import ChipStatus, ObjectMeta, VNPUAllocation
+from vnpu_common.wire.models import ChipStatus, ObjectMeta, VNPUAllocation
 from vnpu_operator.placement import (
     Allocation,
     Ledger,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from localplane.pods import vnpu_pod
-from vnpu_common import names
+from vnpu_common.wire import names
 from vnpu_operator.annotations import parse_annotations
 from vnpu_operator.placement import InvalidRequestError, PodRequest
 

@@ -61,7 +61,7 @@ from vnpu_agent.drivers.sim.rules import (
     to_public,
 )
 from vnpu_agent.drivers.sim.state import Failure, SimState, SimStateError, SimVnpu, StateStore
-from vnpu_common import names
+from vnpu_common.wire import names
 
 __all__ = ["MAX_CHIPS", "NULL_DEVICE", "RebootReport", "SimDriver", "parse_layout"]
 

@@ -24,8 +24,8 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import certs
-from vnpu_common.faults import fault
+from vnpu_common.kube import certs
+from vnpu_common.kube.faults import fault
 
 # A refused or granted token is asked again after this long: a revoked binding
 # stops a scraper within a minute.

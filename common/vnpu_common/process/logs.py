@@ -29,7 +29,7 @@ _KOPF_RETRY = re.compile(r"Request attempt #?\S+ failed; will retry: ")
 class KopfRetries(logging.Filter):
     """Lowers Kopf's "Request attempt #2/10 failed; will retry: ..." to
     WARNING: a retried request with no answer is the fault our own retries
-    log at WARNING (vnpu_common.faults), not a crash."""
+    log at WARNING (vnpu_common.kube.faults), not a crash."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if (

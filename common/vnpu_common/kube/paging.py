@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common.types import Raw
+from vnpu_common.wire.types import Raw
 
 log = logging.getLogger(__name__)
 

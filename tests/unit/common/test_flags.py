@@ -15,7 +15,7 @@ from pydantic_settings.sources.providers.cli import CLI_SUPPRESS
 
 from vnpu_agent.config import AgentSettings
 from vnpu_agent.config import parse_args as agent_args
-from vnpu_common.cli import parse_settings
+from vnpu_common.process.flags import parse_settings
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.config import parse_args as operator_args
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import uvloop
 
-from vnpu_common import pauses
+from vnpu_common.process import pauses
 
 T = TypeVar("T")
 

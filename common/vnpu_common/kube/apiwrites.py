@@ -30,8 +30,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
 
-from vnpu_common import names, rawcall
-from vnpu_common.patches import JSON_PATCH, finalizer_removal
+from vnpu_common.kube import rawcall
+from vnpu_common.wire import names
+from vnpu_common.wire.patches import JSON_PATCH, finalizer_removal
 
 # The status label of a failed write that got no HTTP answer.
 NO_RESPONSE: Final = "none"

@@ -35,11 +35,11 @@ from typing import Any
 import orjson
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common.backoff import Backoff
-from vnpu_common.faults import fault, log_retry
-from vnpu_common.paging import pages
-from vnpu_common.rawcall import call_json
-from vnpu_common.types import Raw
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.faults import fault, log_retry
+from vnpu_common.kube.paging import pages
+from vnpu_common.kube.rawcall import call_json
+from vnpu_common.wire.types import Raw
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from vnpu_common.metrics_auth import TokenCheck, api_review, self_signed_context
-from vnpu_common.settings import ComponentSettings
+from vnpu_common.process.metrics_auth import TokenCheck, api_review, self_signed_context
+from vnpu_common.process.settings import ComponentSettings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from vnpu_common import names
+from vnpu_common.wire import names
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 Phase = Literal["Pending", "Ready", "Releasing", "Failed"]

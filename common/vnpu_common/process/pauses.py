@@ -6,7 +6,7 @@ Then `eventloop.run` also runs `watch`: a task that wakes every
 `TICK_SECONDS` and logs each wake later than the threshold (the loop was
 busy, or the process was not scheduled: `cpu_ms` tells them apart), and
 `gc.callbacks` time every collection, logging those over the threshold.
-One line per pause, at INFO, logger `vnpu_common.pauses`:
+One line per pause, at INFO, logger `vnpu_common.process.pauses`:
 
     pause kind=loop start=<epoch seconds> ms=<length> cpu_ms=<main thread CPU>
     pause kind=gc start=<epoch seconds> ms=<length> gen=<generation> collected=<objects>

@@ -24,8 +24,8 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from vnpu_common.backoff import Backoff
-from vnpu_common.faults import log_retry
+from vnpu_common.kube.backoff import Backoff
+from vnpu_common.kube.faults import log_retry
 
 log = logging.getLogger(__name__)
 

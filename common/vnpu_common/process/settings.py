@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from vnpu_common.logs import LogFormat, LogLevel
+from vnpu_common.process.logs import LogFormat, LogLevel
 
 MetricsPort = Annotated[
     int, Field(ge=0, le=65535, description="Port of /metrics, /healthz and /readyz; 0: none.")

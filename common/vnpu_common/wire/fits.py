@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from vnpu_common.api.models import ChipStatus, TemplateResources
+from vnpu_common.wire.models import ChipStatus, TemplateResources
 
 
 def id_range_size(chip: ChipStatus) -> int:

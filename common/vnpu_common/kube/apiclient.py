@@ -27,7 +27,7 @@ from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import client
 from yarl import URL
 
-from vnpu_common.apiwrites import send_fence
+from vnpu_common.kube.apiwrites import send_fence
 
 # Watches hold one each for good (at most four per component), writes share the rest.
 CONNECTIONS = 100

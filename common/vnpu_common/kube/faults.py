@@ -18,8 +18,8 @@ from typing import Final
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common import rawcall
-from vnpu_common.apiwrites import FencedWrite
+from vnpu_common.kube import rawcall
+from vnpu_common.kube.apiwrites import FencedWrite
 
 # Conflict (lost an optimistic race, or created twice), throttled, and the
 # answers of an API server that is restarting, overloaded or behind a proxy
