@@ -7,6 +7,18 @@
 Backends are imported on demand, so that loading this package stays cheap
 and `python -m vnpu_agent.drivers.sim` does not import itself twice. The
 backends' table (kinds, constructors, settings, check's flags) is backends.py.
+
+- `base`: the interface every backend implements, and its typed errors.
+- `backends`: the backends, one row each: the table every other place reads.
+- `catalog`: templates per chip model, id ranges, the capacity rule
+  (docs/ASCEND.md).
+- `npu_smi`, `npu_smi_parse`: the CLI driven; its output parsed, an error
+  rather than a wrong number.
+- `dcmi`, `dcmi_types`: libdcmi.so bound with ctypes; its structs, as the
+  public header has them.
+- `diagnose`: a real driver's refusal made a typed error by looking at the
+  chip, its code table the fallback.
+- `sim/`: the simulator.
 """
 
 from __future__ import annotations
