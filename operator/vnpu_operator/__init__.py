@@ -40,6 +40,8 @@ holds every module to its layer):
   allocations, so a restart resumes from the objects.
 - `pinning`: the one patch that starts a pod on its vNPUs.
 - `election`: the leader election's rules, tested with plain numbers.
+- `takeover`: what a replica that starts reconciling releases, namespace by
+  namespace, before it places anything new.
 - `annotations`: the vnpu.io pod annotations, read one way by the webhook
   and the placer.
 - `slim`: the copies of API objects the caches keep: only what is read.
