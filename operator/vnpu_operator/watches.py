@@ -84,19 +84,21 @@ def _event_type(kind: str) -> str | None:
 
 
 def still_ours(controller: Controller, obj: Raw) -> bool:
-    """Whether a pod the selected watch reports DELETED still exists: its
-    last content carries our finalizer (only the operator removes it, and
-    the API server removes no object before its finalizers), or, for a
-    re-list that reports it by identity only, the cached copy does and the
-    operator sent no removal. Then only its label went."""
-    meta = obj.get("metadata") or {}
-    if "finalizers" in meta:
-        return names.POD_FINALIZER in (meta.get("finalizers") or [])
+    """Whether a pod the selected watch reports DELETED may still exist: the
+    operator has not removed our finalizer, and the event's content (or, for
+    a re-list that reports the pod by identity only, the cached copy) still
+    carries it. Only the operator removes it and the API server removes no
+    object before its finalizers, so then only the label went. A pod already
+    deleted with grace 0 goes in the very update that removes our finalizer,
+    and the watch reports the content before that update: the finalizer is
+    still in it, so our removal must be asked first."""
     uid = uid_of(obj)
-    cached = controller.pods.get(uid)
-    if cached is None or controller.expect.pending(Write.UNFINALIZE, uid):
+    if controller.expect.pending(Write.UNFINALIZE, uid):
         return False
-    return names.POD_FINALIZER in ((cached.get("metadata") or {}).get("finalizers") or [])
+    meta = obj.get("metadata") or {}
+    if "finalizers" not in meta:
+        meta = (controller.pods.get(uid) or {}).get("metadata") or {}
+    return names.POD_FINALIZER in (meta.get("finalizers") or [])
 
 
 def pod_informer(
