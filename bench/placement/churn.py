@@ -8,12 +8,13 @@ count, for a churn as short as the scaling run's and for a long one, and
 prints per pod the nodes asked (one node's answer for one shape) and the
 fits computed, and the ms of placement CPU.
 
-What it shows: the first placement of a request shape asks every node
-(placement.candidates), so a churn of P pods asks shapes x nodes once;
-after that a placement asks only the nodes changed since its shape's last
-one, the same few at every node count. An answer is computed once for all
-nodes alike in what fitting reads (capacity.fingerprint), so the fits
-computed, and the CPU, stay flat as nodes are added.
+What it shows: the first placement of a request shape asks one node of
+each class alike in what the answer reads (placement.candidates, the
+ledger's node classes), and after that a placement asks only the nodes
+changed since its shape's last one: the same few at every node count. An
+answer is computed once for all nodes alike in what fitting reads
+(capacity.fingerprint), so the fits computed stay flat as nodes are added;
+what still grows is each node's chips print, worked out once per node.
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ pod's selector, affinity and tolerations) the ranks of the nodes it fits on
 are kept in a heap; a change to a node marks it stale in every shape, and
 the next placement of that shape re-asks only the stale nodes.
 
+A shape seen for the first time asks every node, but nodes alike in all
+that the answer reads (the caller's `group`: capacity fingerprint, liveness,
+taints, for a pod with no selector) are asked once per group: at 2000
+nodes a short churn's first placements of each shape asked 40 nodes per
+pod, and placement CPU per pod grew with the node count.
+
 The answer is the one the full loop gives: the lowest (rank, node name)
 among the nodes that pass the filter and fit, `avoid` left out. The nodes a
 shape does not fit on are kept with their reason, so a shape that fits
@@ -69,22 +75,34 @@ class CandidateIndex(Generic[Slots, Why]):
         nodes: Iterable[str],
         ask: Callable[[str], tuple[Rank, Slots] | Why | None],
         avoid: Collection[str] = (),
+        group: Callable[[str], Hashable | None] | None = None,
     ) -> tuple[str, Slots] | None:
         """The best node for requests of shape `key` and its slots, or None
         when none fits (`misses(key)` then says why of each other node).
         `nodes`: every node the ledger knows, read only when the shape is
         new; `ask(node)`: the node's (rank, slots) when it fits, why not
-        (anything but a tuple) when it does not, None when the node is gone."""
+        (anything but a tuple) when it does not, None when the node is gone.
+        `group(node)`: nodes with the same non-None group have the same
+        answer, so one `ask` answers them all (their slots then share one
+        object: the caller copies what it keeps)."""
         shape = self._shapes.get(key)
         if shape is None:
             if len(self._shapes) >= _SHAPES_MAX:
                 del self._shapes[next(iter(self._shapes))]
             shape = self._shapes[key] = _Shape()
             shape.stale.update(nodes)
+        answered: dict[Hashable, tuple[Rank, Slots] | Why | None] = {}
+        fresh: list[tuple[Rank, str, int]] = []
         for node in shape.stale:
             version = shape.version.get(node, 0) + 1
             shape.version[node] = version
-            answer = ask(node)
+            alike = group(node) if group is not None else None
+            if alike is None:
+                answer = ask(node)
+            elif alike in answered:
+                answer = answered[alike]
+            else:
+                answer = answered[alike] = ask(node)
             if not isinstance(answer, tuple):
                 shape.fits.pop(node, None)
                 if answer is None:
@@ -94,8 +112,15 @@ class CandidateIndex(Generic[Slots, Why]):
                 continue
             shape.misses.pop(node, None)
             shape.fits[node] = answer
-            heapq.heappush(shape.heap, (answer[0], node, version))
+            fresh.append((answer[0], node, version))
         shape.stale.clear()
+        if len(fresh) > len(shape.heap):
+            # A new shape, or most nodes changed: one heapify, not N pushes.
+            shape.heap.extend(fresh)
+            heapq.heapify(shape.heap)
+        else:
+            for entry in fresh:
+                heapq.heappush(shape.heap, entry)
         if len(shape.heap) > _COMPACT_FACTOR * (len(shape.fits) + 1):
             shape.heap = [(r, n, shape.version[n]) for n, (r, _) in shape.fits.items()]
             heapq.heapify(shape.heap)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from vnpu_common.wire.models import TemplateResources
@@ -97,6 +97,7 @@ class Ledger:
         # vNPUs), so one fit answers for all of them. Node -> its print, and
         # (print, fit key) -> the fit.
         self._prints: dict[str, Fingerprint] = {}
+        self._classes: dict[str, Hashable] = {}
         self._shared_fits: dict[tuple[Fingerprint, _FitKey], Fit] = {}
         # The nodes each request shape fits on, ranked (placement.candidates).
         self._candidates: CandidateIndex[list[tuple[int, int]], Reason] = CandidateIndex()
@@ -213,6 +214,7 @@ class Ledger:
         self._fits.pop(name, None)
         self._states.pop(name, None)
         self._prints.pop(name, None)
+        self._classes.pop(name, None)
         self._candidates.changed(name)
 
     def _catalog_moved(self) -> None:
@@ -221,6 +223,7 @@ class Ledger:
         self._fits.clear()
         self._states.clear()
         self._prints.clear()
+        self._classes.clear()
         self._shared_fits.clear()
         self._candidates.clear()
         self.catalog_epoch += 1
@@ -497,6 +500,9 @@ class Ledger:
             outcome = self._fit(inventory, request, need, policy)
             return outcome if isinstance(outcome, Reason) else (outcome[1], outcome[0])
 
+        labels_read = bool(request.node_selector) or request.affinity_terms is not None
+        alike = None if labels_read else self._node_class
+
         shape = (
             request.template,
             request.chip_model,
@@ -505,9 +511,10 @@ class Ledger:
             policy,
             request.where,
         )
-        found = self._candidates.best(shape, self._nodes, ask, avoid)
+        found = self._candidates.best(shape, self._nodes, ask, avoid, alike)
         if found is not None:
-            return found
+            # Nodes alike share one answer's slot list: each booking its own.
+            return found[0], list(found[1])
         # Nothing fits outside `avoid`: the loop's reasons, in its order.
         misses = self._candidates.misses(shape)
         reasons: dict[str, Reason] = {}
@@ -517,6 +524,28 @@ class Ledger:
                 return None
             reasons[name] = reason
         return _no_fit(request, reasons)
+
+    def _node_class(self, name: str) -> Hashable | None:
+        """What node_filter and _fit read of a node for a pod whose filter
+        reads no label (capacity fingerprint, liveness, DRA, taints): nodes of
+        one class answer such a pod alike. None until its fingerprint is
+        known without building its capacity. Kept until the node changes."""
+        known = self._classes.get(name)
+        if known is not None:
+            return known
+        inventory = self._nodes.get(name)
+        if inventory is None:
+            return None
+        if inventory.bare and not self._by_node.get(name):
+            printed: Fingerprint | None = (inventory.chips_print,)
+        else:
+            printed = self._prints.get(name)
+        if printed is None:
+            return None
+        known = self._classes[name] = (
+            printed, inventory.live, inventory.status.dra, inventory.compiled_taints
+        )  # fmt: skip
+        return known
 
     def _fit(self, inventory: NodeInventory, request: PodRequest, need: int, policy: Policy) -> Fit:
         fits = self._fits.setdefault(inventory.name, {})

@@ -142,6 +142,52 @@ def test_a_stale_node_is_asked_again_and_a_gone_one_dropped() -> None:
     assert index.best("shape", ["a", "b"], ask) == ("a", "slots-a")
 
 
+def test_nodes_of_one_group_are_asked_once_and_a_changed_one_alone() -> None:
+    index: CandidateIndex[str] = CandidateIndex()
+    groups = {"a": "big", "b": "big", "c": "small", "d": None}
+    ranks = {"big": (2.0,), "small": (1.0,)}
+    asked: list[str] = []
+
+    def ask(name: str) -> tuple[tuple[float, ...], str]:
+        asked.append(name)
+        group = groups[name]
+        return (ranks[group] if group else (5.0,), f"slots-{group or name}")
+
+    assert index.best("shape", list(groups), ask, group=groups.get) == ("c", "slots-small")
+    # One ask per group, each ungrouped node its own.
+    assert len(asked) == 3
+    assert {groups[n] for n in asked} == {"big", "small", None}
+    asked.clear()
+    # "c" is taken: of the two alike, the name breaks the tie, as in the full loop.
+    ranks["small"] = (9.0,)
+    index.changed("c")
+    assert index.best("shape", list(groups), ask, group=groups.get) == ("a", "slots-big")
+    assert asked == ["c"]
+
+
+def test_a_first_placement_asks_alike_bare_nodes_once() -> None:
+    ledger = Ledger.rebuild(
+        [node(f"n{i:03d}", [chip("910B3", 0)], labels={"zone": "a"}) for i in range(200)], []
+    )
+    fits: list[str] = []
+    real = ledger._fit
+
+    def counted(inventory: NodeInventory, *args: object) -> object:
+        fits.append(inventory.name)
+        return real(inventory, *args)  # type: ignore[arg-type]
+
+    ledger._fit = counted  # type: ignore[assignment,method-assign]
+    placed = ledger.place(request("p", "vir05_1c_16g"), Policy.BINPACK)
+    assert isinstance(placed, Placement)
+    assert placed.node == "n000"
+    assert len(fits) == 1, fits
+    # A selector reads labels: then every node is its own.
+    fits.clear()
+    selective = request("q", "vir05_1c_16g", node_selector={"zone": "a"})
+    ledger.place(selective, Policy.BINPACK)
+    assert len(fits) == 200
+
+
 def test_heap_stays_bounded_under_churn() -> None:
     index: CandidateIndex[int] = CandidateIndex()
     rank = {"n": 0.0}
