@@ -30,8 +30,9 @@ repetitions (the driver's threads included):
   re-serializes the whole state file, so it grows with the vNPUs; a real
   driver's calls are the chips').
 
-Prints one row per node state and the per-vNPU slope of the full node over
-the empty one; writes the figures with the machine (--out).
+Prints one row per node state and, per figure, the least-squares line over
+them all (ms at 0 vNPUs, us per vNPU); writes the figures with the machine
+(--out).
 """
 
 from __future__ import annotations
@@ -255,8 +256,8 @@ class Meter:
         writes, self._calls = node.api.node_writes, 0
         out["write_ms"], out["write_loop_ms"] = await _batch_mean_async(reps, self._changed)
         assert node.api.node_writes - writes == reps, "every call writes"
-        pub.mirror.observed = None
-        await pub._publish()
+        pub.mirror.observed = self._flip[0]
+        await pub._publish()  # no cordon echoed again
 
         def build() -> float:
             start = time.process_time()
@@ -366,62 +367,65 @@ async def run(reps: int, batches: int, only: list[str] | None) -> dict[str, dict
         for meter in meters.values():
             await meter.batch(max(reps // 4, 1))  # warm-up
         seen: dict[str, list[dict[str, float]]] = {mix: [] for mix in meters}
-        for _ in range(batches):
-            for mix, meter in meters.items():
-                seen[mix].append(await meter.batch(reps))
+        order = list(meters)
+        for n in range(batches):
+            # Each batch starts at another node: none is always first.
+            for mix in order[n % len(order) :] + order[: n % len(order)]:
+                seen[mix].append(await meters[mix].batch(reps))
         for meter in meters.values():
             meter.node.agent.view.owned.close()
-    rows = {mix: {k: min(b[k] for b in got) for k in got[0]} for mix, got in seen.items()}
-    empty = rows[EMPTY]
-    for mix, row in rows.items():
-        n = row["vnpus"]
-        for what in FIGURES:
-            row[f"{what}_slope_us"] = (
-                (row[f"{what}_ms"] - empty[f"{what}_ms"]) / n * 1e3 if n and mix != EMPTY else 0.0
-            )
-    return rows
+    return {mix: {k: min(b[k] for b in got) for k in got[0]} for mix, got in seen.items()}
 
 
 FIGURES = ("resync", "resync_loop", "sim", "publish", "publish_loop", "sim_publish", "write",
            "write_loop", "build", "event", "cycle")  # fmt: skip
-
-COLUMNS = (
-    ("vnpus", "vNPUs", "{:.0f}"),
-    ("resync_ms", "resync", "{:.3f}"),
-    ("resync_loop_ms", "loop", "{:.3f}"),
-    ("sim_ms", "sim", "{:.3f}"),
-    ("publish_ms", "publish", "{:.3f}"),
-    ("publish_loop_ms", "loop", "{:.3f}"),
-    ("sim_publish_ms", "sim", "{:.3f}"),
-    ("write_ms", "write", "{:.3f}"),
-    ("write_loop_ms", "loop", "{:.3f}"),
-    ("build_ms", "build", "{:.3f}"),
-    ("event_ms", "event", "{:.3f}"),
-    ("cycle_ms", "cycle", "{:.3f}"),
-    ("resync_loop_slope_us", "resync loop/vNPU", "{:.1f}"),
-    ("publish_loop_slope_us", "publish loop/vNPU", "{:.1f}"),
-    ("write_loop_slope_us", "write loop/vNPU", "{:.1f}"),
-    ("sim_slope_us", "sim/vNPU", "{:.1f}"),
-)
+HEADS = ("resync", "loop", "sim", "publish", "loop", "sim", "write", "loop", "build", "event",
+         "cycle")  # fmt: skip
 
 
-def table(rows: dict[str, dict[str, float]]) -> str:
+def fit(rows: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Per figure, the least-squares line over every node state: ms at 0
+    vNPUs and us per vNPU (one mix's difference from the empty node alone is
+    within the noise of a loaded machine)."""
+    xs = [row["vnpus"] for row in rows.values()]
+    mean_x = sum(xs) / len(xs)
+    spread = sum((x - mean_x) ** 2 for x in xs) or 1.0
+    out: dict[str, dict[str, float]] = {}
+    for what in FIGURES:
+        ys = [row[f"{what}_ms"] for row in rows.values()]
+        mean_y = sum(ys) / len(ys)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+        out[what] = {"at_0_ms": mean_y - slope * mean_x, "per_vnpu_us": slope * 1e3}
+    return out
+
+
+def table(rows: dict[str, dict[str, float]], line: dict[str, dict[str, float]]) -> str:
     """Milliseconds of CPU per call (`loop`: the event loop thread's alone,
-    `sim`: the simulator's calls made directly), and microseconds per vNPU
-    over the empty node."""
-    width = max(len(m) for m in rows)
-    head = f"{'mix':<{width}}  " + "  ".join(f"{h:>{max(len(h), 8)}}" for _, h, _ in COLUMNS)
+    `sim`: the simulator's calls made directly), and the fitted line."""
+    width = max(len(m) for m in (*rows, "per vNPU (us)"))
+    cells = [max(len(h), 7) for h in HEADS]
+    head = f"{'mix':<{width}}  {'vNPUs':>5}  " + "  ".join(
+        f"{h:>{w}}" for h, w in zip(HEADS, cells, strict=True)
+    )
     lines = [head]
+
+    def add(name: str, n: str, values: list[float], fmt: str) -> None:
+        text = "  ".join(f"{fmt.format(v):>{w}}" for v, w in zip(values, cells, strict=True))
+        lines.append(f"{name:<{width}}  {n:>5}  {text}")
+
     for mix, row in rows.items():
-        cells = "  ".join(f"{fmt.format(row[k]):>{max(len(h), 8)}}" for k, h, fmt in COLUMNS)
-        lines.append(f"{mix:<{width}}  {cells}")
+        add(mix, f"{row['vnpus']:.0f}", [row[f"{w}_ms"] for w in FIGURES], "{:.3f}")
+    add("fit: at 0 (ms)", "", [line[w]["at_0_ms"] for w in FIGURES], "{:.3f}")
+    add("per vNPU (us)", "", [line[w]["per_vnpu_us"] for w in FIGURES], "{:.1f}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.agentnode", description=__doc__)
-    parser.add_argument("--reps", type=int, default=40, help="calls per batch (default 40)")
-    parser.add_argument("--batches", type=int, default=5, help="batches; the lowest is kept")
+    parser.add_argument("--reps", type=int, default=20, help="calls per batch (default 20)")
+    parser.add_argument(
+        "--batches", type=int, default=10, help="batches (default 10); the lowest is kept"
+    )
     parser.add_argument(
         "--mix", action="append", help="only this mix (repeatable; the empty node always)"
     )
@@ -429,13 +433,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     started = time.monotonic()
     rows = asyncio.run(run(args.reps, args.batches, args.mix))
-    print(table(rows))
+    line = fit(rows)
+    print(table(rows, line))
     if args.out is not None:
         result = {
             "config": {"reps": args.reps, "batches": args.batches, "chips": CHIPS},
             "machine": machine(),
             "runtime_seconds": round(time.monotonic() - started, 1),
             "nodes": {m: {k: round(v, 4) for k, v in r.items()} for m, r in rows.items()},
+            "fit": {w: {k: round(v, 4) for k, v in f.items()} for w, f in line.items()},
         }
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 
