@@ -181,6 +181,10 @@ bench-policies: $(STAMP) plane-main ## API server CPU per plain pod with and wit
 bench-writecost: $(STAMP) plane-main ## API server CPU per VNPUNode status write, templates per chip, per model and none (about 2 min; bench/results-writecost.json)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.writecost --out bench/results-writecost.json
 
+.PHONY: bench-agentnode
+bench-agentnode: $(STAMP) ## one agent at an empty and a full node (8 chips, each template mix): CPU per resync, status write, allocation event; no control plane (seconds; bench/results-agentnode.json)
+	PYTHONPATH=$(PYPATH) $(PY) -m bench.agentnode --out bench/results-agentnode.json
+
 .PHONY: bench-failover
 bench-failover: $(STAMP) plane-main ## HA: 10 leader SIGKILLs in a 200-pod churn, 200 nodes, default lease (4 s; about 7 min on 2 cores; bench/results-failover.json)
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.failover --nodes 200 --agents 4 --pods 200 --rate 1.0 --hold 30 --kills 10 --workdir /tmp/vnpu-bench-failover4 --out bench/results-failover.json

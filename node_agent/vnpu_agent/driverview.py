@@ -111,7 +111,8 @@ class DriverView:
     def _replace_vnpus(self, chip: int, found: list[VNPU]) -> None:
         kept = {i: v for i, v in self.vnpus.items() if v.chip != chip}
         self.vnpus = kept | {v.id: v for v in found}
-        self.abandoned &= set(self.vnpus)
+        if self.abandoned:  # nearly always empty: no set of every id per chip listed
+            self.abandoned.intersection_update(self.vnpus)
 
     async def reread_chip(self, chip: int) -> None:
         """Re-reads the vNPUs of `chip` into the view (none dropped); a

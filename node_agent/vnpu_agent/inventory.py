@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from vnpu_agent.allocation import AllocationView
+from vnpu_agent.allocation import owner_of
 from vnpu_agent.drivers.base import VNPU, ChipInfo, TemplateSpec
 from vnpu_common.wire.models import (
     ChipStatus,
@@ -23,9 +23,9 @@ def owners(allocations: Iterable[Mapping[str, Any]]) -> dict[int, tuple[str, str
     """vNPU id -> (namespace/name, pod UID) of the allocation declaring it."""
     out: dict[int, tuple[str, str | None]] = {}
     for obj in allocations:
-        a = AllocationView.of(obj)
-        if a.id is not None:
-            out[a.id] = (a.key, a.pod_uid)
+        owner = owner_of(obj)
+        if owner is not None:
+            out[owner[0]] = owner[1:]
     return out
 
 
@@ -43,11 +43,15 @@ def build_status(
     """`cordoned`: the chip indexes of the VNPUNode's spec.cordonedChips, echoed
     in the status for `kubectl get` (placement reads the spec itself). `dra`:
     the node's chips are a DRA pool (--dra)."""
-    owner_of = owners(allocations)
+    owned_by = owners(allocations)
     models, own = _offers(chips, templates)
+    # Grouped in one pass: a pass per chip over every vNPU grew with chips x vNPUs.
+    on_chip: dict[int, list[VNPU]] = {}
+    for v in vnpus.values():
+        on_chip.setdefault(v.chip, []).append(v)
     chip_statuses = []
     for chip in sorted(chips, key=lambda c: c.index):
-        present = sorted((v for v in vnpus.values() if v.chip == chip.index), key=lambda v: v.id)
+        present = sorted(on_chip.get(chip.index, ()), key=lambda v: v.id)
         chip_statuses.append(
             ChipStatus(
                 index=chip.index,
@@ -72,8 +76,8 @@ def build_status(
                         id=v.id,
                         template=v.template,
                         in_use=v.in_use,
-                        allocation=owner_of.get(v.id, (None, None))[0],
-                        pod_uid=owner_of.get(v.id, (None, None))[1],
+                        allocation=owned_by.get(v.id, (None, None))[0],
+                        pod_uid=owned_by.get(v.id, (None, None))[1],
                     )
                     for v in present
                 ],

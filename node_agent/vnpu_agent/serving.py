@@ -35,7 +35,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from vnpu_agent import cdi
-from vnpu_agent.allocation import AllocationView
+from vnpu_agent.allocation import AllocationView, chip_of, is_deleting, phase_of, vnpu_id_of
 from vnpu_agent.config import AgentSettings
 from vnpu_agent.drivers.base import (
     VNPU,
@@ -175,22 +175,17 @@ class AllocationServer:
         vanished devices) and those on a chip whose health changed."""
         changed = set(health_changed)
         for key, obj in list(self.allocs.items()):
-            a = AllocationView.of(obj)
-            if a.deleting:
+            if is_deleting(obj):
                 continue
-            missing = a.id not in self.view.vnpus
-            if (missing and a.phase != names.PHASE_FAILED) or a.chip in changed:
+            missing = vnpu_id_of(obj) not in self.view.vnpus
+            if (missing and phase_of(obj) != names.PHASE_FAILED) or chip_of(obj) in changed:
                 self.queue.add(key)
 
     def referenced_ids(self) -> set[int]:
         """The ids the orphan collector must leave: those an allocation names,
         and on a DRA node those a prepared claim names (its containers may
         run after its allocation went, a force-deleted pod's for example)."""
-        ids = set()
-        for obj in self.allocs.values():
-            vnpu_id = AllocationView.of(obj).id
-            if vnpu_id is not None:
-                ids.add(vnpu_id)
+        ids = {i for obj in self.allocs.values() if (i := vnpu_id_of(obj)) is not None}
         if self.prepared is not None:
             ids |= self.prepared.prepared_ids()
         return ids
@@ -519,10 +514,10 @@ class AllocationServer:
         """The vNPU ids of the allocations not being deleted, but `exclude`'s;
         `served`: only those the agent said Ready."""
         return {
-            a.id
+            vnpu_id
             for key, obj in self.allocs.items()
             if key != exclude
-            and not (a := AllocationView.of(obj)).deleting
-            and (not served or a.phase == names.PHASE_READY)
-            and a.id is not None
+            and not is_deleting(obj)
+            and (not served or phase_of(obj) == names.PHASE_READY)
+            and (vnpu_id := vnpu_id_of(obj)) is not None
         }

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vnpu_agent.drivers.base import ChipInfo, TemplateSpec
+from vnpu_agent.drivers.base import VNPU, ChipInfo, TemplateSpec
 from vnpu_agent.drivers.sim import SimDriver
 from vnpu_agent.inventory import build_status
 from vnpu_common.wire.models import VNPUNodeStatus
@@ -92,3 +92,25 @@ def _chip_raw(index: int, model: str) -> dict[str, Any]:
         "memoryFreeMb": 65536, "aicpuTotal": 7, "aicpuFree": 7, "vnpuIdMin": 100 + 16 * index,
         "vnpuIdMax": 115 + 16 * index,
     }  # fmt: skip
+
+
+def test_each_chip_lists_its_own_vnpus_by_id_with_their_owners(tmp_path: Path) -> None:
+    """The vNPUs are grouped by chip in one pass (a pass per chip over all of
+    them grew with chips x vNPUs): whatever order the view holds them in,
+    each chip lists its own, by id; one on a chip the driver no longer lists
+    is on none."""
+    chips, templates = _sim(tmp_path, "910B3=2,310P3=1")
+    on = {101: 1, 100: 0, 132: 2, 117: 1, 102: 0, 999: 7}
+    vnpus = {i: VNPU(id=i, chip=c, template="vir01", in_use=i == 117) for i, c in on.items()}
+    owner = {"metadata": {"namespace": "ns", "name": "a"}, "spec": {"vnpuId": 117, "podUID": "u"}}
+    status = build_status(
+        driver="sim", chips=chips, templates=templates, vnpus=vnpus, allocations=[owner],
+        conditions=[],
+    )  # fmt: skip
+    listed = {c["index"]: [v["id"] for v in c["vnpus"]] for c in status["chips"]}
+    assert listed == {0: [100, 102], 1: [101, 117], 2: [132]}
+    assert status["vnpuCount"] == 5
+    assert status["chips"][1]["vnpus"][1] == {
+        "id": 117, "template": "vir01", "inUse": True, "allocation": "ns/a", "podUID": "u",
+    }  # fmt: skip
+    assert status["chips"][0]["vnpus"][0] == {"id": 100, "template": "vir01", "inUse": False}

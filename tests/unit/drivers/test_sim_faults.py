@@ -95,6 +95,23 @@ def test_failing_queries(make_sim: MakeSim) -> None:
     assert len(sim.list_chips()) == 1
 
 
+def test_a_query_writes_the_state_only_when_its_fault_fires(make_sim: MakeSim) -> None:
+    """Queries are not serialized again to find they changed nothing
+    (StateStore.transaction, query): the file stays as it was, but the count
+    of a fault one fired is still written."""
+    sim = make_sim()
+    sim.create_vnpu(0, "vir05_1c_16g", 100)
+    written = sim.state_path.stat().st_ino
+    sim.list_chips(), sim.list_vnpus(0), sim.list_templates(0), sim.query_vnpu(100)
+    assert sim.state_path.stat().st_ino == written
+    sim.inject_failure("query", -8005, times=2)
+    for _ in range(2):
+        with pytest.raises(DriverFailure):
+            sim.list_vnpus(0)
+    assert [v.id for v in sim.list_vnpus(0)] == [100]
+    assert sim.snapshot()["faults"]["failures"] == {}
+
+
 def test_slow_operations(make_sim: MakeSim) -> None:
     sim = make_sim()
     sim.inject_slow("query", 0.3)

@@ -355,6 +355,6 @@ class SimDriver:
     # ---------------------------------------------------------------- internals
 
     def _query(self, what: str) -> SimState:
-        with self._store.transaction("query") as state:
+        with self._store.transaction("query", query=True) as state:
             fire_failure(state, "query", what, after=False)
             return state
