@@ -18,6 +18,7 @@ from bench.shared import (
     CountingTracker,
     OrdinaryDriver,
     Recycler,
+    create_until_admitted,
     election,
     final_counts,
     ordinary_churn,
@@ -40,7 +41,8 @@ def test_the_default_size_fits_two_cores_at_the_issues_one_to_two() -> None:
     assert a.ordinary_nodes == 20  # 200 ordinary pods per node of 250 slots
     assert a.agents == 1  # 250 nodes per agent process, as bench.scale
     assert a.timeout == 600.0
-    assert a.workdir is None and not a.keep
+    assert a.workdir is None
+    assert not a.keep
 
 
 def test_large_sets_every_size_an_option_does_not_give() -> None:
@@ -258,7 +260,8 @@ def results() -> dict[str, Any]:
             },
         }  # fmt: skip
 
-    b = window(17.0, 40.0, 1201)
+    a, b = window(16.0, 20.0, 1200), window(17.0, 40.0, 1201)
+    a["ordinary_events"], b["ordinary_events"] = 0, 5600
     b["ordinary"] = {"replaced": 800, "events": 5600, "running": {"p50": 0.02, "p99": 0.25}}
     b["running_p99_over_plain"] = 2.0
     return {
@@ -269,7 +272,7 @@ def results() -> dict[str, Any]:
         "ordinary": {"running": 4000, "seconds": 80.0, "pods_per_s": 50.0,
                      "running_latency": {"p50": 0.5, "p99": 1.5}},
         "operator_rss_mb": {"synced": 90.0, "after_fill": 120.0, "after_ordinary": 121.0},
-        "windows": {"a": window(16.0, 20.0, 1200), "b": b},
+        "windows": {"a": a, "b": b},
         "per_ordinary_event": per_ordinary_event(
             {"vnpu-operator": 3.84}, {"vnpu-operator": 4.40}, 5600
         ),
@@ -289,7 +292,8 @@ def test_the_table_shows_each_window_side_by_side_and_the_per_event_figure() -> 
     text = "\n".join(lines)
     assert lines[0].startswith("=== vnpu-operator shared cluster: 200 vNPU nodes")
     row = next(x for x in lines if x.strip().startswith("operator CPU per vNPU pod"))
-    assert "16.00 ms" in row and "17.00 ms" in row
+    assert "16.00 ms" in row
+    assert "17.00 ms" in row
     assert row.index("16.00 ms") < row.index("17.00 ms")  # A, then B
     floor = next(x for x in lines if "floor: plain created -> Running" in x)
     assert "0.020s / 0.250s" in floor
@@ -297,9 +301,13 @@ def test_the_table_shows_each_window_side_by_side_and_the_per_event_figure() -> 
                if x.strip().startswith("operator"))  # fmt: skip
     assert "0.10 ms" in per  # (4.40 - 3.84) s over 5600 events
     pods = next(x for x in lines if "of which the operator's pod watch" in x)
-    assert "1200 / 2.00" in pods and "1201 / 2.00" in pods
-    assert "800 / 5600" in text
-    assert "4.200s" in text and "3.600s" in text
+    assert "1200 / 2.00" in pods
+    assert "1201 / 2.00" in pods
+    events = next(x for x in lines if x.strip().startswith("ordinary pod events"))
+    assert events.split()[-2:] == ["0", "5600"]
+    assert next(x for x in lines if "ordinary pods replaced" in x).split()[-1] == "800"
+    assert "4.200s" in text
+    assert "3.600s" in text
     assert "final_leaked_vnpus" in text
     assert "lease 4s" in text
 
@@ -317,3 +325,38 @@ def test_the_results_are_json_with_every_option_in_the_config() -> None:
                    "ordinary_rate", "hold", "workdir", "out", "keep", "large", "agents",
                    "nodes_per_agent", "failover_rate", "concurrency", "timeout"):  # fmt: skip
         assert option in back["config"], option
+
+
+class RefusingDriver:
+    """Refuses the first `refusals` creates, as an API server whose webhook
+    is not registered yet."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.errors: list[str] = ["an earlier error"]
+        self.calls = 0
+
+    async def create(self, pod: PodTimes) -> None:
+        self.calls += 1
+        if self.calls <= self.refusals:
+            self.errors.append(f"create {pod.name}: 500 failed calling webhook")
+            return
+        pod.created = 1.0
+
+
+async def test_the_probe_is_created_again_while_refused_and_the_refusals_are_counted() -> None:
+    d: Any = RefusingDriver(2)
+    pod = PodTimes("cold-0000", "vir05_1c_16g", 1)
+    assert await create_until_admitted(d, pod, 10.0) == 2
+    assert pod.created == 1.0
+    assert d.calls == 3
+    assert d.errors == ["an earlier error"]  # the refusals are counted, not errors
+
+
+async def test_the_probe_gives_up_after_its_time_with_the_last_refusal_kept() -> None:
+    d: Any = RefusingDriver(1000)
+    pod = PodTimes("cold-0000", "vir05_1c_16g", 1)
+    assert await create_until_admitted(d, pod, 0.3) == d.calls
+    assert pod.created is None
+    assert 2 <= d.calls <= 4
+    assert d.errors[-1].startswith("create cold-0000")
