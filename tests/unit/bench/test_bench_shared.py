@@ -360,3 +360,14 @@ async def test_the_probe_gives_up_after_its_time_with_the_last_refusal_kept() ->
     assert pod.created is None
     assert 2 <= d.calls <= 4
     assert d.errors[-1].startswith("create cold-0000")
+
+
+async def test_a_polled_wait_says_whether_it_held_and_tells_its_progress() -> None:
+    told: list[int] = []
+    checks = iter([False, False, True])
+    assert await shared.wait_polled(lambda: next(checks), 5.0, lambda: told.append(1),
+                                    every=0.01, tell=0.0)  # fmt: skip
+    assert told == [1, 1]
+    t0 = asyncio.get_running_loop().time()
+    assert not await shared.wait_polled(lambda: False, 0.1, every=0.02)
+    assert asyncio.get_running_loop().time() - t0 >= 0.1
