@@ -382,7 +382,7 @@ def table(r: Mapping[str, Any]) -> list[str]:
     c = r["config"]
     lines = [
         f"=== vnpu-operator shared cluster: {c['nodes']} vNPU nodes x 8 chips "
-        f"({c['agents']} agent process(es)), {c['ordinary_nodes']} ordinary nodes",
+        f"({c['agents']} agent process(es)), {c['ordinary_nodes']} ordinary node(s)",
     ]
 
     def row(label: str, *cells: str) -> None:
