@@ -195,6 +195,10 @@ bench-failover-lease15: $(STAMP) plane-main ## HA with client-go's lease (15 s, 
 	git archive db75fa2^ common operator node_agent cli hack pyproject.toml | tar -x -C /tmp/vnpu-before-ha
 	PYTHONPATH=$(PYPATH) $(PY) -m bench.failover --nodes 200 --agents 4 --pods 200 --rate 0.6 --hold 40 --kills 10 --lease 15 --deadline 10 --retry 2 --before /tmp/vnpu-before-ha --out bench/results-failover-lease15.json
 
+.PHONY: bench-shared
+bench-shared: $(STAMP) plane-main ## the shared cluster: 2000 live vNPU pods on 200 nodes among 4000 ordinary pods on 20; a 240-pod vNPU churn alone, then beside ordinary pods replaced at 10/s; cold start and failover at 2000 live pods (about 10 min on 2 cores, estimated from a 20-node run; bench/results-shared.json; `python -m bench.shared --large`: 1000 nodes, 10000 and 20000 pods, for 16 cores)
+	PYTHONPATH=$(PYPATH) $(PY) -m bench.shared --out bench/results-shared.json
+
 .PHONY: bench-quick
 bench-quick: $(STAMP) plane-main ## small benchmark (20 nodes, 200 pods); fails on a correctness counter
 	PYTHONPATH=$(PYPATH) $(PY) -m bench --quick

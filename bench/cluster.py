@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,12 +165,20 @@ class Cluster:
         for ns in ("bench", "bench-floor"):
             self.plane.kubectl("create", "namespace", ns)
 
-    def add_nodes(self, names_: list[str]) -> None:
+    def add_nodes(
+        self,
+        names_: list[str],
+        *,
+        chips: Mapping[str, int] = CHIPS,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """kwok nodes with `chips` simulated (none: a node for ordinary pods,
+        bench/shared.py) and `labels`, once all are Ready."""
         # One `kubectl create` of a List per 50 nodes, five at a time: kubectl
         # posts a List's items one by one, so 1000 nodes in sequence took 39 s
         # of round trips, and 19 s so (2 cores, 2026-11-23).
         batches = [
-            [NodeSpec(name=n, chips=CHIPS) for n in names_[i : i + 50]]
+            [NodeSpec(name=n, chips=chips, labels=labels or {}) for n in names_[i : i + 50]]
             for i in range(0, len(names_), 50)
         ]
         with ThreadPoolExecutor(5) as pool:

@@ -3,10 +3,12 @@ side: a watch with the component's own parameters (kind, scope, label
 selector) gets the same events and the same JSON the component's watch does,
 without touching the component.
 
-The operator (Kopf) watches pods, Nodes, VNPUAllocations and VNPUNodes
-cluster-wide with no selector (vnpu_operator/handlers.py; the pod filter
-runs in Kopf after the event is parsed); each agent process watches the
-allocations and VNPUNodes labelled with its nodes (vnpu_agent/watcher.py).
+The operator's informers (vnpu_operator/watches.py) watch Nodes,
+VNPUAllocations and VNPUNodes cluster-wide with no selector, and only the
+pods labelled `vnpu.io/managed=true` (`pod_informer`: the webhook labels
+every pod it admits, so an ordinary pod reaches no operator watch); each
+agent process watches the allocations and VNPUNodes labelled with its
+nodes (vnpu_agent/watcher.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from vnpu_common.kube.rawcall import call_json
 from vnpu_common.wire import names
 
 BOOKMARK = b'"type":"BOOKMARK"'
+# The operator's pod watch selects what watches.pod_informer selects.
+MANAGED_PODS = f"{names.LABEL_MANAGED}=true"
 
 
 @dataclass
@@ -62,7 +66,7 @@ class WatchSpec:
 def component_watches(agent_shards: Iterable[list[str]]) -> list[WatchSpec]:
     """The watches of the operator and of each agent process (one shard of nodes each)."""
     out = [
-        WatchSpec("operator", "pods"),
+        WatchSpec("operator", "pods", MANAGED_PODS),
         WatchSpec("operator", "nodes"),
         WatchSpec("operator", names.ALLOCATION_PLURAL),
         WatchSpec("operator", names.NODE_PLURAL),

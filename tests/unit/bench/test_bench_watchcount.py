@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
+from typing import Any
 
-from bench.watchcount import Tally, WatchSpec, component_watches, per_pod
+from bench.watchcount import MANAGED_PODS, Tally, WatchSpec, component_watches, per_pod
 
 from vnpu_common.wire import names
+from vnpu_operator.watches import pod_informer
 
 
 def line(kind: str, obj: dict[str, object]) -> bytes:
@@ -30,13 +33,17 @@ def test_counts_events_by_type_and_every_byte_bookmarks_apart() -> None:
     assert t.nbytes == sum(len(x) for x in lines if x.strip())
 
 
-def test_the_operator_watches_four_kinds_and_each_agent_its_nodes() -> None:
+def test_the_operator_watches_four_kinds_its_pods_by_label_and_each_agent_its_nodes() -> None:
     specs = component_watches([["n1", "n2"], ["n3"]])
     operator = [s for s in specs if s.component == "operator"]
     agents = [s for s in specs if s.component == "agent"]
     assert {s.kind for s in operator} == {"pods", "nodes", names.ALLOCATION_PLURAL,
                                           names.NODE_PLURAL}  # fmt: skip
-    assert all(not s.selector for s in operator)
+    # Only the pods the webhook labelled, as the operator's pod informer selects.
+    assert {s.kind: s.selector for s in operator} == {
+        "pods": f"{names.LABEL_MANAGED}=true", "nodes": "", names.ALLOCATION_PLURAL: "",
+        names.NODE_PLURAL: "",
+    }  # fmt: skip
     assert len(agents) == 4
     assert {s.selector for s in agents} == {f"{names.LABEL_NODE} in (n1,n2)",
                                             f"{names.LABEL_NODE}=n3"}  # fmt: skip
@@ -56,3 +63,10 @@ def test_per_pod_sums_the_agents_and_splits_by_kind() -> None:
     assert out["agent"]["bytes"] == 800
     assert out["agent"]["by_kind"]["vnpuallocations"]["events"] == 8
     assert out["operator"]["events"] == 2
+
+
+def test_the_operator_pod_watch_selector_is_the_one_its_informer_lists_with() -> None:
+    settings: Any = SimpleNamespace(watch_timeout_seconds=60, retry_max_seconds=1)
+    stub: Any = SimpleNamespace(listed=print)
+    informer = pod_informer(stub, stub, settings)
+    assert informer._selector == {"label_selector": MANAGED_PODS}
