@@ -350,6 +350,7 @@ async def create_stream(
         tracker.add(pod)
         attempt = Attempt(time.monotonic())
         attempts.append(attempt)
+        pod.create_sent = attempt.at
         body = vnpu_pod(pod.name, namespace, template=pod.template, labels={"app": prefix})
         try:
             await call_json(core.create_namespaced_pod, namespace, body)
@@ -406,7 +407,10 @@ async def restart_window(
         await asyncio.sleep(before)
         killed = await asyncio.to_thread(kill)
         attempts = await stream
-        placed = await _next_placement(tracker, list(tracker.pods.values()), killed, timeout=60)
+        # Pods sent after the kill: one the dying leader ungated an instant
+        # before it can reach the watch after the kill and read as 0 s.
+        after_kill = [p for p in tracker.pods.values() if (p.create_sent or 0) > killed]
+        placed = await _next_placement(tracker, after_kill, killed, timeout=60)
         await tracker.stop()
     finally:
         await api.close()
