@@ -209,7 +209,7 @@ class Controller:
     def _release_first(self) -> None:
         """Reconciling begins: placements in a namespace wait for the
         releases due there now (takeover.py)."""
-        due = [(key.partition("/")[0], key) for key, obj in self.allocs.items() if self._due(obj)]
+        due = [key for key, obj in self.allocs.items() if self._due(obj)]
         self.release_first.start(due)
         if self._release_first_timer is not None:
             self._release_first_timer.cancel()

@@ -38,12 +38,13 @@ class ReleaseFirst:
         self._held: dict[str, set[str]] = {}
         self._until = 0.0
 
-    def start(self, due: Iterable[tuple[str, str]]) -> None:
-        """Reconciling begins; `due`: (namespace, allocation key) of every
-        release due now. Replaces whatever an earlier start left."""
+    def start(self, due: Iterable[str]) -> None:
+        """Reconciling begins; `due`: the keys (namespace/name) of every
+        allocation whose release is due now. Replaces whatever an earlier
+        start left."""
         self._due, self._held = {}, {}
-        for namespace, key in due:
-            self._due.setdefault(namespace, set()).add(key)
+        for key in due:
+            self._due.setdefault(key.partition("/")[0], set()).add(key)
         self._until = self.clock() + self.bound
 
     @property
