@@ -6,8 +6,10 @@ without Kopf's per-event cost'):
   allocations) is watched by an informer (watches.py), started here once
   every agent Lease has been listed (leases.py polls them), and stopped with
   Kopf. The controller is synced once all of them have listed.
-- Kopf watches ResourceQuotas (the webhook's refusals) with an event handler
-  only: it then keeps no progress or diff-base state, so it writes nothing.
+- Kopf watches nothing: ResourceQuotas (the webhook's refusals) have an
+  informer too. Kopf's watcher ended the process on a fault outside the ones
+  it retries (uvloop's "File descriptor N is used by transport" while the API
+  server was killed); an informer retries every fault.
 - Kopf's own finalizer and annotation names are ours, in case a later
   handler ever makes it persist something; its Event posting is WARNING+.
 """
@@ -23,7 +25,6 @@ import kopf
 
 from vnpu_common.kube.informer import Informer
 from vnpu_common.wire import names
-from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import Controller
 from vnpu_operator.convergence import Convergence
@@ -69,15 +70,12 @@ def register(
     informers: Sequence[Informer],
     leadership: Leadership | None = None,
     stop_serving: Callable[[], Awaitable[None]] | None = None,
-    *,
-    quotas: QuotaBook,
 ) -> None:
     """All handlers of the operator, bound to `controller`, and its other
     long-running tasks; `leadership` runs for the leader Lease once the
     caches are synced (a cold replica never takes over from a warm one) and
     hands it back at cleanup. `stop_serving` (the webhook's drain and stop)
-    runs at cleanup after the hand-back, with the caches still watched.
-    `quotas`: the webhook's view of the namespaces' vNPU quotas, fed here."""
+    runs at cleanup after the hand-back, with the caches still watched."""
     # Kopf runs a startup handler again if it fails: each list is filled once.
     pollers: list[asyncio.Task[None]] = []
     watches: list[asyncio.Task[None]] = []
@@ -118,8 +116,3 @@ def register(
     @kopf.on.login(registry=registry)
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         return await kopf.login_via_async_client(**kwargs)
-
-    # The namespaces' vNPU quotas: the webhook refuses a pod over one in our words.
-    @kopf.on.event("", "v1", "resourcequotas", registry=registry)
-    async def quota_event(event: kopf.RawEvent, **_: Any) -> None:
-        quotas.seen(event["object"], deleted=event["type"] == "DELETED")

@@ -6,8 +6,10 @@ They are informers (vnpu_common.kube.informer), not Kopf handlers: Kopf's
 per-event machinery cost more CPU than everything the operator does with
 the event (docs/DECISIONS.md, 'Watches without Kopf's per-event cost'), and
 Kopf lists a kind in one unpaged request (1000 Nodes and 1000 VNPUNodes at
-once). Kopf still watches ResourceQuotas (for the webhook) and runs the
-process. The controller counts as synced once every informer has listed
+once). ResourceQuotas (the webhook's view of quota) are watched the same
+way: Kopf's watcher ended the process on a fault it did not class as
+retryable, the informer retries every fault. Kopf only runs the process.
+The controller counts as synced once every informer has listed
 (`Controller.listed`); they start after the agents' Leases are listed
 (handlers.py), so a node is never judged before its Lease is known.
 """
@@ -23,6 +25,7 @@ from kubernetes_asyncio import client
 from vnpu_common.kube.informer import DELETED, Handler, Informer, ListCall, key_of
 from vnpu_common.wire import names
 from vnpu_common.wire.types import Raw
+from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.controller import SOURCES, Controller
 from vnpu_operator.dra.claims import ClaimController
@@ -218,4 +221,24 @@ def claim_informer(
         timeout_seconds=settings.watch_timeout_seconds,
         retry_max_seconds=settings.retry_max_seconds,
         listed=claims.claims_listed,
+    )
+
+
+def quota_informer(
+    api_client: client.ApiClient, quotas: QuotaBook, settings: OperatorSettings
+) -> Informer:
+    """ResourceQuotas of every namespace, for the webhook's refusals. Not one
+    of the controller's sources: placement never reads them."""
+    core = client.CoreV1Api(api_client)
+
+    async def handle(kind: str, obj: Raw) -> None:
+        quotas.seen(obj, deleted=kind == DELETED)
+
+    return Informer(
+        "resourcequotas",
+        core.list_resource_quota_for_all_namespaces,
+        handle,
+        keep=identity,
+        timeout_seconds=settings.watch_timeout_seconds,
+        retry_max_seconds=settings.retry_max_seconds,
     )

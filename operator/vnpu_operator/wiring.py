@@ -51,6 +51,7 @@ from vnpu_operator.watches import (
     claim_informer,
     node_informer,
     pod_informer,
+    quota_informer,
     vnpunode_informer,
 )
 
@@ -314,6 +315,7 @@ async def build(settings: OperatorSettings) -> Parts:
         node_informer(api_client, controller, inventories, settings),
         pod_informer(api_client, controller, settings),
         allocation_informer(api_client, controller, settings, claims),
+        quota_informer(api_client, quotas, settings),
     ]
     if claims is not None:
         informers.append(claim_informer(api_client, claims, settings))
@@ -324,9 +326,8 @@ async def build(settings: OperatorSettings) -> Parts:
 
     registry = kopf.OperatorRegistry()
     register(
-        registry, controller, settings, leases, convergence, informers, leadership, stop_serving,
-        quotas=quotas,
-    )  # fmt: skip
+        registry, controller, settings, leases, convergence, informers, leadership, stop_serving
+    )
     return Parts(
         settings=settings,
         metrics=metrics,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import kopf
 
-from vnpu_operator.admission.quotas import QuotaBook
 from vnpu_operator.config import OperatorSettings
 from vnpu_operator.convergence import Convergence
 from vnpu_operator.handlers import NoDiffBase, configure, register
@@ -15,22 +14,22 @@ from vnpu_operator.watches import managed_pod
 from vnpu_operator.wiring import build_pods
 
 
-def test_kopf_watches_only_quotas_with_an_event_handler_so_it_keeps_no_state() -> None:
+def test_kopf_watches_no_kind_so_no_watch_fault_ends_the_process() -> None:
     registry = kopf.OperatorRegistry()
     settings = OperatorSettings()
     pods = build_pods(OperatorApi.__new__(OperatorApi), settings, OperatorMetrics())
     leases = LeaseWatch.__new__(LeaseWatch)
     convergence = Convergence.__new__(Convergence)
-    register(registry, pods.controller, settings, leases, convergence, [], quotas=QuotaBook())
+    register(registry, pods.controller, settings, leases, convergence, [])
     # Change-detecting handlers would make Kopf persist progress on objects
     # (writes) and would need the diff base NoDiffBase skips.
     assert list(registry._changing.get_all_handlers()) == []
     assert list(registry._spawning.get_all_handlers()) == []
     watched = {h.id.split(".")[-1] for h in registry._watching.get_all_handlers()}
     indexed = {h.id.split(".")[-1] for h in registry._indexing.get_all_handlers()}
-    # VNPUNodes, Nodes, pods and allocations have informers (watches.py),
-    # and so do agent Leases (leases.py).
-    assert watched == {"quota_event"}, watched
+    # VNPUNodes, Nodes, pods, allocations and ResourceQuotas have informers
+    # (watches.py), and so do agent Leases (leases.py).
+    assert watched == set(), watched
     assert indexed == set(), indexed
 
 
