@@ -263,18 +263,21 @@ def apiserver_ms_per_pod(profiled: dict[str, Any] | None, pods: int) -> dict[str
     return {str(name): total * float(share) for name, share in profiled["shares"]}
 
 
-def churn_apiserver_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
-    """The churn's API server profile per pod, ours beside the floor's, by
-    kind, largest difference first: what ours costs the API server more."""
-    got = r.get("churn_apiserver_cpu")
+def churn_apiserver_rows(
+    r: dict[str, Any], phase: str = "churn", pods: int | None = None
+) -> list[tuple[str, str]]:
+    """A phase's API server profile per pod (the churn's, or the burst's),
+    ours beside the floor's, by kind, largest difference first: what ours
+    costs the API server more."""
+    got = r.get(f"{phase}_apiserver_cpu")
     if not got:
         return []
     if "error" in got:
-        return [("  API server CPU (profile)", f"not read: {got['error']}")]
-    pods = int(r["config"]["pods"])
+        return [(f"  API server CPU in the {phase} (profile)", f"not read: {got['error']}")]
+    pods = int(r["config"]["pods"]) if pods is None else pods
     ours = apiserver_ms_per_pod(got, pods)
-    floor = apiserver_ms_per_pod(((r.get("floor") or {}).get("churn_apiserver_cpu")), pods)
-    rows = [("  API server CPU ms per pod (profile), ours / floor",
+    floor = apiserver_ms_per_pod(((r.get("floor") or {}).get(f"{phase}_apiserver_cpu")), pods)
+    rows = [(f"  API server CPU ms per pod in the {phase} (profile), ours / floor",
              f"{sum(ours.values()):.1f} / {sum(floor.values()):.1f}" if floor
              else f"{sum(ours.values()):.1f} / -")]  # fmt: skip
     for name in sorted(set(ours) | set(floor), key=lambda k: floor.get(k, 0) - ours.get(k, 0)):
@@ -389,7 +392,7 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
         row("burst throughput ours / floor (pods/s)", f"{fmt(b['ours_pods_per_s'], '')} / "
             f"{fmt(b['floor_pods_per_s'], '')}"
             f"  ratio {fmt(r['ratios']['throughput'], 'x')}")  # fmt: skip
-    for label, value in burst_cpu_rows(b):
+    for label, value in burst_cpu_rows(b) + churn_apiserver_rows(r, "burst", b["pods"]):
         row(label, value)
     f2 = r["fill"]
     row("fill: placed / waiting / freed", f"{f2['placed']} / {f2['waiting']} / {f2['freed']}")

@@ -396,6 +396,7 @@ async def fill_phase(run: Run) -> Filled:
     say(f"fill: {len(fill)} pods of {count} x {template} (capacity {capacity}) as fast as possible")
     clock = run.clock
     run.audit_mark = cluster.plane.audit_log.stat().st_size
+    profiler = start_profile(cluster, args, "burst")
     burst_cpu = CpuWindow(cluster)
     burst_cpu.start()
     t0 = await load.burst_create(driver, fill)
@@ -410,6 +411,8 @@ async def fill_phase(run: Run) -> Filled:
         progress=lambda: say(f"fill: {placed_so_far()} of {capacity} placed"),
     )
     ours_burst_cpu = burst_cpu.stop()
+    if profiler:
+        run.out["burst_apiserver_cpu"] = await read_profile(cluster, profiler)
     await asyncio.sleep(5)  # nothing else should be placed
     placed = [p for p in fill if p.ungated]
     waiting = [p for p in fill if not p.ungated and p.created]
@@ -752,11 +755,13 @@ async def floor_replay(
         fgone = [x for p in fpods if (x := p.gone_latency()) is not None]
         template, count = load.FILL
         fburst = [load.PodTimes(f"f-{i:05d}", template, count) for i in range(burst)]
+        burst_profiler = start_profile(cluster, args, "floor-burst")
         burst_cpu = CpuWindow(cluster)
         burst_cpu.start()
         ft0 = await load.burst_create(fdriver, fburst)
         await load.wait_until(ftracker, lambda: all(p.ungated for p in fburst), args.timeout)
         spent = burst_cpu.stop()
+        burst_profiled = await read_profile(cluster, burst_profiler) if burst_profiler else None
         flast = max((p.ungated for p in fburst if p.ungated), default=ft0)
         floor_tp = len(fburst) / (flast - ft0) if flast > ft0 else None
         await load.delete_all(fdriver, fburst, args.timeout, say)
@@ -771,6 +776,8 @@ async def floor_replay(
     }  # fmt: skip
     if profiled is not None:
         result["churn_apiserver_cpu"] = profiled
+    if burst_profiled is not None:
+        result["burst_apiserver_cpu"] = burst_profiled
     return result, floor_tp, spent
 
 

@@ -135,7 +135,10 @@ def test_the_churn_rows_give_ms_per_pod_ours_beside_the_floor_largest_excess_fir
         "floor": {"churn_apiserver_cpu": floor},
     }
     rows = churn_apiserver_rows(r)
-    assert rows[0] == ("  API server CPU ms per pod (profile), ours / floor", "10.0 / 10.0")
+    assert rows[0] == (
+        "  API server CPU ms per pod in the churn (profile), ours / floor",
+        "10.0 / 10.0",
+    )
     # 1.0 s over 100 pods: the webhooks' 0.4 s is 4 ms a pod, none of it the floor's.
     assert rows[1] == ("    admission webhooks", "4.0 / -")
     assert rows[2] == ("    Events' storage", "2.0 / -")
@@ -144,3 +147,18 @@ def test_the_churn_rows_give_ms_per_pod_ours_beside_the_floor_largest_excess_fir
     assert by_kind["    custom resources"] == "0.0 / 3.0"
     assert apiserver_ms_per_pod({"error": "no go"}, 100) == {}
     assert churn_apiserver_rows({"config": {"pods": 1}}) == []
+
+
+def test_the_burst_rows_divide_by_the_bursts_own_pods() -> None:
+    r = {
+        "config": {"pods": 1000},
+        "burst_apiserver_cpu": shares(WEBHOOK_TRACES),
+        "floor": {"burst_apiserver_cpu": shares(TRACES)},
+    }
+    rows = churn_apiserver_rows(r, "burst", 50)
+    assert rows[0] == (
+        "  API server CPU ms per pod in the burst (profile), ours / floor",
+        "20.0 / 20.0",
+    )
+    assert rows[1] == ("    admission webhooks", "8.0 / -")
+    assert churn_apiserver_rows(r) == []
