@@ -24,7 +24,6 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from vnpu_common.kube import certs
 from vnpu_common.kube.faults import fault
 
 # A refused or granted token is asked again after this long: a revoked binding
@@ -126,6 +125,10 @@ class TokenCheck:
 def self_signed_context(component: str) -> ssl.SSLContext:
     """A server TLS context with a certificate for this host, made now. The PEMs
     go through anonymous memory files: the agent's root filesystem is read-only."""
+    # Imported here: `cryptography` is 8 MB of every agent's memory, and only
+    # metrics_auth=kubernetes without a certificate of the admin's needs it.
+    from vnpu_common.kube import certs
+
     ca = certs.make_ca(f"{component}-metrics-ca")
     host = socket.gethostname()
     pair = certs.issue(ca, host, dns_names=(host, "localhost"), ip_addresses=("127.0.0.1",))
