@@ -126,9 +126,10 @@ class AgentSettings(ComponentSettings):
         default=30.0,
         ge=0,
         description="A VNPUNode change that only restates the allocations (vNPUs they own "
-        "created or in use, the free figures and counts those move) is written at most "
-        "this long after the last write; any other change, a vNPU gone included, at the "
-        "minimum interval.",
+        "created or in use, those of deleted allocations destroyed, the free figures and "
+        "counts those move) is written this long after the first such change not yet "
+        "written; any other change (a vNPU lost, a foreign one, health) at the minimum "
+        "interval.",
     )
     lease_duration_seconds: int = Field(
         default=40,

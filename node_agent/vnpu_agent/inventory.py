@@ -164,11 +164,6 @@ def only_restates(
     return True
 
 
-def adds_vnpus(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Whether `new` lists a vNPU `old` does not."""
-    return not set(_owners_listed(new)) <= set(_owners_listed(old))
-
-
 def _owners_listed(status: Mapping[str, Any]) -> dict[tuple[Any, Any], str]:
     """(chip index, vNPU id) -> the owning allocation's key ("" for none)."""
     return {

@@ -20,7 +20,7 @@ from vnpu_agent.config import AgentSettings
 from vnpu_agent.dra import slices
 from vnpu_agent.dra.publisher import PoolPublisher
 from vnpu_agent.driverview import DriverView
-from vnpu_agent.inventory import adds_vnpus, build_status, cordoned_chips, only_restates
+from vnpu_agent.inventory import build_status, cordoned_chips, only_restates
 from vnpu_agent.kubeapi import AgentApi
 from vnpu_agent.metrics import AgentMetrics
 from vnpu_agent.mirror import NodeMirror
@@ -67,9 +67,10 @@ class NodePublisher:
         self._lock = asyncio.Lock()
         self._last_status: dict[str, Any] | None = None
         self._last_publish = -1e9
-        # When the status first differed from the last write by a release alone
-        # (vNPUs of deleted allocations gone); None while it does not.
-        self._released_since: float | None = None
+        # When the status first differed from the last write by what the
+        # allocations say alone (vNPUs they own added, those of deleted ones
+        # gone); None while it does not.
+        self._restated_since: float | None = None
         self._pending: asyncio.Handle | None = None
         self._pending_due = 0.0
         self._backoff = Backoff(base=1.0, cap=settings.retry_max_seconds)
@@ -154,7 +155,7 @@ class NodePublisher:
             self._pool_chips, self._pool_cordoned = parsed.chips, cordoned
             self.feed_pool()
         if status == self._last_status and not self._force:
-            self._released_since = None
+            self._restated_since = None
             return
         restore, missing = self.mirror.needs_restore_write(), self.mirror.missing()
         if not (self._force or restore) and self._only_restated(status):
@@ -176,7 +177,7 @@ class NodePublisher:
                 self.mark_dirty(self._backoff.delay(self.mirror.failures))
             raise
         self._last_status = status
-        self._released_since = None
+        self._restated_since = None
         self._force = False
         self.mirror.write_answered(obj, self.clock())
         if restore:
@@ -202,14 +203,14 @@ class NodePublisher:
         """True, and the write put off, when `status` differs from the last
         one written only in what the allocations already say (inventory.
         only_restates: vNPUs they own added, vNPUs of deleted allocations gone)
-        and the settle interval has not passed: since the first release not
-        written yet, if any (a release waits whether the node is quiet or not:
-        its reader takes a vNPU listed under a gone allocation as destroyed, and
-        the vNPU placed on the freed room next rides along), else since the last
-        write (a quiet node shows a vNPU it made at once). A node filling
-        up writes once per interval instead of once per vNPU. A VNPUNode status
-        write costs the API server about three times an allocation's (a 3 KB
-        object validated whole on every write)."""
+        and the settle interval has not passed since the first such change not
+        written yet, on a quiet node as on a busy one. A release's reader takes
+        a vNPU listed under a gone allocation as destroyed, and the vNPU placed
+        on the freed room next rides along. A node filling up writes once per
+        interval instead of once per vNPU; a burst of placements writes each
+        node once, after it, not once at its first vNPU and again 30 s later.
+        A VNPUNode status write costs the API server about three times an
+        allocation's (a 3 KB object validated whole on every write)."""
         last = self._last_status
         if last is None:
             return False
@@ -218,18 +219,15 @@ class NodePublisher:
             if not (obj.get("metadata") or {}).get("deletionTimestamp")
         }  # fmt: skip
         if not only_restates(last, status, live):
-            self._released_since = None
+            self._restated_since = None
             return False
         now = self.clock()
-        if self._released_since is None and not adds_vnpus(last, status):
-            self._released_since = now
-        since = self._last_publish
-        if self._released_since is not None:
-            since = max(since, self._released_since)
-        due = since + self.settings.inventory_settle_seconds - now
-        if due <= 0:
+        if self._restated_since is None:
+            self._restated_since = now
+        due = max(self._last_publish, self._restated_since) + self.settings.inventory_settle_seconds
+        if due - now <= 0:
             return False
-        self.mark_dirty(at_least=due)
+        self.mark_dirty(at_least=due - now)
         return True
 
     async def _tell_chip_health(self) -> None:
