@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -558,8 +559,9 @@ class Controller:
                     await self.notices.unservable(obj, why)
             elif not self.expect.pending(Write.UNFINALIZE, view.key):
                 await self.notices.unservable(obj, why, released=True)
-                await self.api.remove_allocation_finalizer(obj)
-                self.expect.sent(Write.UNFINALIZE, view.key)
+                await self.expect.sending(
+                    Write.UNFINALIZE, view.key, partial(self.api.remove_allocation_finalizer, obj)
+                )
 
     async def _release(self, keys: tuple[str, ...]) -> None:
         # Asked already: the deletionTimestamp is on its way to the cache.
@@ -570,8 +572,8 @@ class Controller:
             return
         if not is_deleting(pod) and is_terminal(pod):
             await self.notices.released(pod)
-        await self.api.remove_pod_finalizer(pod)
-        self.expect.sent(Write.UNFINALIZE, uid)
+        remove = partial(self.api.remove_pod_finalizer, pod)
+        await self.expect.sending(Write.UNFINALIZE, uid, remove)
         if state.releasing_since is not None:
             self.metrics.release_latency.observe(self.clock() - state.releasing_since)
             state.releasing_since = None
