@@ -78,6 +78,8 @@ def _informer(
         timeout_seconds=settings.watch_timeout_seconds,
         retry_max_seconds=settings.retry_max_seconds,
         listed=partial(controller.listed, source),
+        # The controller acts on nothing before every informer has listed.
+        stream_first_list=True,
     )
 
 
@@ -130,6 +132,7 @@ def pod_informer(
         timeout_seconds=settings.watch_timeout_seconds,
         retry_max_seconds=settings.retry_max_seconds,
         listed=partial(controller.listed, SOURCE_PODS),
+        stream_first_list=True,
     )
 
 

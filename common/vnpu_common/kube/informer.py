@@ -86,6 +86,7 @@ class Informer:
         retry_max_seconds: float = 30.0,
         page_size: int = PAGE_SIZE,
         listed: Callable[[], None] | None = None,
+        stream_first_list: bool = False,
     ) -> None:
         self.name = name
         self._list_call = list_call
@@ -97,6 +98,7 @@ class Informer:
         self._retry = Backoff(base=1.0, cap=retry_max_seconds, jitter=0.5)
         self._page_size = page_size
         self._listed = listed
+        self._stream = stream_first_list
         self.cache: dict[str, Raw] = {}
         self.synced = asyncio.Event()
         self.resource_version: str | None = None
@@ -134,23 +136,26 @@ class Informer:
         log_retry(log, f"{self.name} watch", exc, delay, expected=(ApiException,), describe=_why)
         await asyncio.sleep(delay)
 
-    async def _pages(self) -> tuple[list[Raw], str]:
-        async def fetch(token: str | None) -> Raw:
-            page = {"_continue": token} if token else {}
-            result: Raw = await call_json(
-                self._list_call, limit=self._page_size, **self._selector, **page
-            )
-            return result
+    async def _fetch(self, token: str | None) -> Raw:
+        page = {"_continue": token} if token else {}
+        result: Raw = await call_json(
+            self._list_call, limit=self._page_size, **self._selector, **page
+        )
+        return result
 
+    async def _pages(self) -> tuple[list[Raw], str]:
         items: list[Raw] = []
         last: Raw = {}
-        async for fresh, last in pages(fetch, self.name):
+        async for fresh, last in pages(self._fetch, self.name):
             if fresh:
                 items = []
             items.extend(last.get("items") or [])
         return items, str(last["metadata"]["resourceVersion"])
 
     async def _list(self) -> None:
+        if self._stream and not self.cache:
+            await self._list_streamed()
+            return
         items, version = await self._pages()
         fresh: dict[str, Raw] = {}
         listed: list[Raw] = []
@@ -167,6 +172,39 @@ class Informer:
             await self._handler(DELETED, obj)
         for obj in listed:
             await self._handler(SYNC, obj)
+        self.synced.set()
+        if self._listed is not None:
+            self._listed()
+
+    async def _list_streamed(self) -> None:
+        """A list with nothing cached yet, handed on page by page: the whole
+        list held at once was most of a cold start's memory (10000 vNPU pods:
+        518 MB at ready against 314 MB running). Nothing cached means nothing
+        can be gone, so no DELETED has to go before the SYNCs; only a list
+        started again (an expired continue token) can leave objects handed on
+        from the first try that the second lacks, and those are handed on as
+        DELETED at its end. For components that act on nothing before every
+        informer has listed (the operator's controller)."""
+        handed: dict[str, Raw] = {}
+        fresh_keys: dict[str, Raw] = {}
+        version = ""
+        async for fresh, page in pages(self._fetch, self.name):
+            if fresh:
+                fresh_keys = {}
+            for obj in page.get("items") or []:
+                kept = self._keep(obj)
+                if kept is None:
+                    continue
+                key = self._key(obj)
+                fresh_keys[key] = handed[key] = kept
+                await self._handler(SYNC, obj)
+            version = str(page["metadata"]["resourceVersion"])
+        self.cache = fresh_keys
+        self.resource_version = version
+        self.relists += 1
+        for key, kept in handed.items():
+            if key not in fresh_keys:
+                await self._handler(DELETED, kept)
         self.synced.set()
         if self._listed is not None:
             self._listed()
