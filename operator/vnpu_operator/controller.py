@@ -203,9 +203,19 @@ class Controller:
         if not self.is_active():
             return
         self._release_first()
-        for uid in sorted(set(self.pods) | set(self.allocs_by_pod)):
+        # Pods that wait on us first (to be placed, released or finished),
+        # then the rest: at 10000 live pods, a takeover queued the pods
+        # created during the outage behind every running pod's reconcile
+        # (bench-shared, 2 cores: 1.5 s from the takeover to their placement).
+        uids = sorted(set(self.pods) | set(self.allocs_by_pod))
+        urgent = {uid for uid in uids if self._waits_on_us(uid)}
+        for uid in [*(u for u in uids if u in urgent), *(u for u in uids if u not in urgent)]:
             self.kick(uid)
         self.advertiser.all()
+
+    def _waits_on_us(self, uid: str) -> bool:
+        pod = self.pods.get(uid)
+        return pod is None or is_gated(pod) or is_deleting(pod) or is_terminal(pod)
 
     def _release_first(self) -> None:
         """Reconciling begins: placements in a namespace wait for the
