@@ -7,24 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
+from tests.unit.operator.test_convergence import Answer
 
 from vnpu_common.kube.informer import DELETED, SYNC, Informer
-
-
-class Answer:
-    """What kubernetes-asyncio hands back with _preload_content=False."""
-
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
-        self.status, self.reason = status, ""
-        self.headers: dict[str, str] = {}
-        self._body = orjson.dumps(body)
-
-    async def read(self) -> bytes:
-        return self._body
-
-    def release(self) -> None:
-        pass
 
 
 class Pages:
