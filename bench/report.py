@@ -263,7 +263,7 @@ def apiserver_ms_per_pod(profiled: dict[str, Any] | None, pods: int) -> dict[str
     return {str(name): total * float(share) for name, share in profiled["shares"]}
 
 
-def churn_apiserver_rows(
+def phase_apiserver_rows(
     r: dict[str, Any], phase: str = "churn", pods: int | None = None
 ) -> list[tuple[str, str]]:
     """A phase's API server profile per pod (the churn's, or the burst's),
@@ -375,7 +375,7 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
         )
         row("  ratio ours/floor p50, p99", f"{fmt(r['ratios'][key + '_p50'], 'x')}  "
             f"{fmt(r['ratios'][key + '_p99'], 'x')}")  # fmt: skip
-    for label, value in churn_machine_rows(r) + churn_apiserver_rows(r):
+    for label, value in churn_machine_rows(r) + phase_apiserver_rows(r):
         row(label, value)
     if "burst" not in r:
         # A churn-only run (bench.scale's sizes): no fill, no writes table.
@@ -392,7 +392,7 @@ def print_table(r: dict[str, Any], more: Callable[[], None] | None = None) -> No
         row("burst throughput ours / floor (pods/s)", f"{fmt(b['ours_pods_per_s'], '')} / "
             f"{fmt(b['floor_pods_per_s'], '')}"
             f"  ratio {fmt(r['ratios']['throughput'], 'x')}")  # fmt: skip
-    for label, value in burst_cpu_rows(b) + churn_apiserver_rows(r, "burst", b["pods"]):
+    for label, value in burst_cpu_rows(b) + phase_apiserver_rows(r, "burst", b["pods"]):
         row(label, value)
     f2 = r["fill"]
     row("fill: placed / waiting / freed", f"{f2['placed']} / {f2['waiting']} / {f2['freed']}")

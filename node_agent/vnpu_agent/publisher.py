@@ -224,10 +224,11 @@ class NodePublisher:
         now = self.clock()
         if self._restated_since is None:
             self._restated_since = now
-        due = max(self._last_publish, self._restated_since) + self.settings.inventory_settle_seconds
-        if due - now <= 0:
+        since = max(self._last_publish, self._restated_since)
+        wait = since + self.settings.inventory_settle_seconds - now
+        if wait <= 0:
             return False
-        self.mark_dirty(at_least=due - now)
+        self.mark_dirty(at_least=wait)
         return True
 
     async def _tell_chip_health(self) -> None:

@@ -207,9 +207,9 @@ class Controller:
         # then the rest: at 10000 live pods, a takeover queued the pods
         # created during the outage behind every running pod's reconcile
         # (bench-shared, 2 cores: 1.5 s from the takeover to their placement).
+        # sorted() is stable: each group stays in uid order.
         uids = sorted(set(self.pods) | set(self.allocs_by_pod))
-        urgent = {uid for uid in uids if self._waits_on_us(uid)}
-        for uid in [*(u for u in uids if u in urgent), *(u for u in uids if u not in urgent)]:
+        for uid in sorted(uids, key=lambda uid: not self._waits_on_us(uid)):
             self.kick(uid)
         self.advertiser.all()
 

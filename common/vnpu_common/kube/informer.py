@@ -165,13 +165,20 @@ class Informer:
                 fresh[self._key(obj)] = kept
                 listed.append(obj)
         gone = [obj for k, obj in self.cache.items() if k not in fresh]
-        self.cache = fresh
-        self.resource_version = version
-        self.relists += 1
+        self._took(fresh, version)
         for obj in gone:
             await self._handler(DELETED, obj)
         for obj in listed:
             await self._handler(SYNC, obj)
+        self._done_listing()
+
+    def _took(self, cache: dict[str, Raw], version: str) -> None:
+        """A list's result becomes the cache, its version the watch's start."""
+        self.cache = cache
+        self.resource_version = version
+        self.relists += 1
+
+    def _done_listing(self) -> None:
         self.synced.set()
         if self._listed is not None:
             self._listed()
@@ -199,15 +206,11 @@ class Informer:
                 fresh_keys[key] = handed[key] = kept
                 await self._handler(SYNC, obj)
             version = str(page["metadata"]["resourceVersion"])
-        self.cache = fresh_keys
-        self.resource_version = version
-        self.relists += 1
+        self._took(fresh_keys, version)
         for key, kept in handed.items():
             if key not in fresh_keys:
                 await self._handler(DELETED, kept)
-        self.synced.set()
-        if self._listed is not None:
-            self._listed()
+        self._done_listing()
 
     async def _watch(self) -> None:
         resp = await self._list_call(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.apiprofile import samples, shares
-from bench.report import apiserver_ms_per_pod, apiserver_rows, churn_apiserver_rows
+from bench.report import apiserver_ms_per_pod, apiserver_rows, phase_apiserver_rows
 
 SEP = "-----------+-------------------------------------------------------"
 
@@ -134,7 +134,7 @@ def test_the_churn_rows_give_ms_per_pod_ours_beside_the_floor_largest_excess_fir
         "churn_apiserver_cpu": ours,
         "floor": {"churn_apiserver_cpu": floor},
     }
-    rows = churn_apiserver_rows(r)
+    rows = phase_apiserver_rows(r)
     assert rows[0] == (
         "  API server CPU ms per pod in the churn (profile), ours / floor",
         "10.0 / 10.0",
@@ -146,7 +146,7 @@ def test_the_churn_rows_give_ms_per_pod_ours_beside_the_floor_largest_excess_fir
     assert by_kind["    garbage collection"] == "4.0 / 3.5"
     assert by_kind["    custom resources"] == "0.0 / 3.0"
     assert apiserver_ms_per_pod({"error": "no go"}, 100) == {}
-    assert churn_apiserver_rows({"config": {"pods": 1}}) == []
+    assert phase_apiserver_rows({"config": {"pods": 1}}) == []
 
 
 def test_the_burst_rows_divide_by_the_bursts_own_pods() -> None:
@@ -155,10 +155,10 @@ def test_the_burst_rows_divide_by_the_bursts_own_pods() -> None:
         "burst_apiserver_cpu": shares(WEBHOOK_TRACES),
         "floor": {"burst_apiserver_cpu": shares(TRACES)},
     }
-    rows = churn_apiserver_rows(r, "burst", 50)
+    rows = phase_apiserver_rows(r, "burst", 50)
     assert rows[0] == (
         "  API server CPU ms per pod in the burst (profile), ours / floor",
         "20.0 / 20.0",
     )
     assert rows[1] == ("    admission webhooks", "8.0 / -")
-    assert churn_apiserver_rows(r) == []
+    assert phase_apiserver_rows(r) == []
