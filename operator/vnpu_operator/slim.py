@@ -8,8 +8,11 @@ memory. A Node's status churns with heartbeats and is never read.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from vnpu_common.wire import names
 from vnpu_common.wire.quantity import quantity_value
@@ -62,9 +65,97 @@ def charged_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
+# What the operator reads of a pod's or an allocation's metadata: the name
+# and uid it writes and reports by (Events carry the resourceVersion), the
+# labels, annotations and finalizers it decides on, and whether and how it
+# is being deleted. ownerReferences, timestamps and generation were a fifth
+# of a cached allocation and are never read.
+METADATA_READ = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "labels",
+    "annotations",
+    "finalizers",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
+
+
 def _metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     return {k: v for k, v in meta.items() if k != "managedFields"}
+
+
+def _read_metadata(
+    obj: Mapping[str, Any], shared: tuple[str, ...] = ("finalizers",)
+) -> dict[str, Any]:
+    """The metadata the operator reads, the parts named in `shared` kept
+    once for all equal ones (an allocation's labels name its pod: never
+    alike)."""
+    meta = obj.get("metadata") or {}
+    out = {k: meta[k] for k in METADATA_READ if k in meta}
+    for key in shared:
+        if key in out:
+            out[key] = ALIKE.share(out[key])
+    return out
+
+
+class Alike:
+    """One object for every equal part of the cached copies.
+
+    Most pods carry the same tolerations (the two the API server adds to
+    every pod), the same finalizers and labels, and pods on one node the
+    same pin: each pod parsed its own copy, a third of a cached pod (10000
+    live pods on 1000 nodes: 950 B of tolerations and 1290 B of affinity
+    per pod). Equal parts are kept once, as a JSON value with sorted keys
+    names them.
+
+    The shared parts are read only, as every cached copy already is: the
+    code that derives a change from one (pinning, unpinned) copies first.
+
+    A part no cached copy holds any more is forgotten when the table has
+    doubled since the last sweep, so the table lives as long as the parts
+    it shares (amortized: each entry is looked at once per doubling)."""
+
+    def __init__(self, first_sweep: int = 1024) -> None:
+        self._parts: dict[bytes, Any] = {}
+        self._first_sweep = first_sweep
+        self._sweep_at = first_sweep
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def share(self, value: Any) -> Any:
+        """The kept object equal to `value`, else `value`, kept from now."""
+        if not isinstance(value, dict | list) or not value:
+            return value
+        try:
+            key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError):
+            return value
+        kept = self._parts.get(key)
+        if kept is not None:
+            return kept
+        if len(self._parts) >= self._sweep_at:
+            self.sweep()
+        self._parts[key] = value
+        return value
+
+    def sweep(self) -> None:
+        """Forgets the parts only this table holds."""
+        parts = self._parts
+        for key in list(parts):
+            # The table's reference and getrefcount's own argument: 2 for a
+            # part no cached copy holds.
+            if sys.getrefcount(parts[key]) <= 2:
+                del parts[key]
+        self._sweep_at = max(self._first_sweep, 2 * len(self._parts))
+
+
+# One table for the process: equal parts are equal wherever they are cached.
+ALIKE = Alike()
 
 
 def slim_pod(pod: Mapping[str, Any]) -> Raw:
@@ -73,10 +164,10 @@ def slim_pod(pod: Mapping[str, Any]) -> Raw:
     return {
         "apiVersion": pod.get("apiVersion", "v1"),
         "kind": pod.get("kind", "Pod"),
-        "metadata": _metadata(pod),
-        "spec": {k: spec[k] for k in POD_SPEC_READ if k in spec},
-        "status": {k: status[k] for k in POD_STATUS_READ if k in status},
-        POD_CHARGED: charged_requests(pod),
+        "metadata": _read_metadata(pod, ("labels", "finalizers")),
+        "spec": {k: ALIKE.share(spec[k]) for k in POD_SPEC_READ if k in spec},
+        "status": ALIKE.share({k: status[k] for k in POD_STATUS_READ if k in status}),
+        POD_CHARGED: ALIKE.share(charged_requests(pod)),
     }
 
 
@@ -109,15 +200,15 @@ ALLOCATION_STATUS_READ = ("phase", "message")
 
 
 def slim_allocation(obj: Mapping[str, Any]) -> Raw:
-    """An allocation as the controller keeps it: all but managedFields and
-    the status conditions."""
+    """An allocation as the controller keeps it: the metadata it reads, the
+    spec, and the status but for its conditions."""
     status = obj.get("status") or {}
     return {
         "apiVersion": obj.get("apiVersion", names.API_VERSION),
         "kind": obj.get("kind", names.ALLOCATION_KIND),
-        "metadata": _metadata(obj),
+        "metadata": _read_metadata(obj),
         "spec": obj.get("spec") or {},
-        "status": {k: status[k] for k in ALLOCATION_STATUS_READ if k in status},
+        "status": ALIKE.share({k: status[k] for k in ALLOCATION_STATUS_READ if k in status}),
     }
 
 

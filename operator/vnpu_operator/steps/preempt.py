@@ -164,11 +164,12 @@ class Preemption:
             key_of(pod), node, f"set back to {ours}" if ours else "cleared",
         )  # fmt: skip
         await self.api.set_nominated_node(pod, ours)
-        status = pod.setdefault("status", {})
+        # A new status, not the cached one changed: equal parts of cached
+        # copies are one object (slim.Alike).
+        status = {k: v for k, v in (pod.get("status") or {}).items() if k != "nominatedNodeName"}
         if ours:
             status["nominatedNodeName"] = ours
-        else:
-            status.pop("nominatedNodeName", None)
+        pod["status"] = status
 
     def forget(self, uid: str) -> None:
         """Drops the pod's claim, if any; what it held is free to others."""
