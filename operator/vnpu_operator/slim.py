@@ -133,7 +133,7 @@ class Alike:
             return value
         try:
             key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-        except (TypeError, orjson.JSONEncodeError):
+        except orjson.JSONEncodeError:  # a value JSON cannot name: kept as it is
             return value
         kept = self._parts.get(key)
         if kept is not None:
