@@ -72,14 +72,6 @@ log = logging.getLogger(__name__)
 # have listed once.
 SOURCES = ("vnpunodes", "nodes", "pods", "allocations")
 
-# How many of the pods that do not wait on us a resync kicks per turn of the
-# event loop. Kicked all at once, 10000 running pods' reconciles all ran
-# before the loop read a single API answer, so the first pod placed after a
-# takeover or a restart waited a whole pass (bench-shared, 1000 nodes,
-# 2 cores: 1.0 s from the takeover, and from ready, to its placement). A
-# slice costs the loop a few tens of milliseconds.
-RESYNC_SLICE = 256
-
 
 class Controller:
     def __init__(
@@ -145,8 +137,6 @@ class Controller:
         self._release_first_timer: asyncio.TimerHandle | None = None
         self._offered: tuple[int, OfferedTemplates] | None = None
         self._side_tasks: set[asyncio.Task[None]] = set()
-        self._resync: asyncio.Task[None] | None = None
-        self.resync_slice = RESYNC_SLICE
 
     # ------------------------------------------------------------ reading
 
@@ -213,27 +203,15 @@ class Controller:
         if not self.is_active():
             return
         self._release_first()
-        # Pods that wait on us (to be placed, released or finished) at once,
-        # in uid order; the rest, whose reconcile only checks them, a slice
-        # per turn of the loop behind them (RESYNC_SLICE says why).
-        rest: list[str] = []
-        for uid in sorted(set(self.pods) | set(self.allocs_by_pod)):
-            if self._waits_on_us(uid):
-                self.kick(uid)
-            else:
-                rest.append(uid)
-        if self._resync is not None:
-            self._resync.cancel()
-        self._resync = self._spawn(self._kick_slices(rest))
+        # Pods that wait on us first (to be placed, released or finished),
+        # then the rest: at 10000 live pods, a takeover queued the pods
+        # created during the outage behind every running pod's reconcile
+        # (bench-shared, 2 cores: 1.5 s from the takeover to their placement).
+        # sorted() is stable: each group stays in uid order.
+        uids = sorted(set(self.pods) | set(self.allocs_by_pod))
+        for uid in sorted(uids, key=lambda uid: not self._waits_on_us(uid)):
+            self.kick(uid)
         self.advertiser.all()
-
-    async def _kick_slices(self, uids: list[str]) -> None:
-        for start in range(0, len(uids), self.resync_slice):
-            # One turn of the loop first: the answers that came in meanwhile
-            # are read before the next slice's reconciles run.
-            await asyncio.sleep(0)
-            for uid in uids[start : start + self.resync_slice]:
-                self.kick(uid)
 
     def _waits_on_us(self, uid: str) -> bool:
         pod = self.pods.get(uid)
@@ -295,9 +273,6 @@ class Controller:
         keys run and return at once; writes in flight are fenced)."""
         self.placer.capacity_grew()
         self.release_first.stop()
-        if self._resync is not None:
-            self._resync.cancel()
-            self._resync = None
 
     def pod_event(self, event_type: str | None, obj: Mapping[str, Any]) -> None:
         """`obj` may be the watch's own object: only a slim copy is kept."""
@@ -433,15 +408,14 @@ class Controller:
         self.placer.capacity_grew()
         self.waiting_line.retry()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         try:
             task = asyncio.get_running_loop().create_task(coro)
         except RuntimeError:
             coro.close()
-            return None
+            return
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
-        return task
 
     async def idle(self) -> None:
         """Waits until no reconcile or side task is running (tests)."""
