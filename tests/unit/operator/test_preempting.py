@@ -401,3 +401,18 @@ async def test_a_forged_nomination_over_a_live_claim_is_set_back_to_the_claim() 
     await w.settle()
     assert [c for c in w.calls() if c[0] == "nominate"] == [("nominate", ("high", "n1"))]
     assert w.controller.ledger.nomination("h") == claim
+
+
+async def test_clearing_a_forged_nomination_leaves_another_pods_equal_status_alone() -> None:
+    """Two pods with the same forged nomination share one cached status
+    (slim.Alike keeps equal parts once): clearing the first one's must not
+    clear the second's, whose own clearing is a write still to come."""
+    w = Cluster()
+    for name, uid in (("a", "ua"), ("b", "ub")):
+        w.controller.pod_event("ADDED", nominated(prio(pod(name, uid), 1000), "n1"))
+    a, b = w.controller.pods["ua"], w.controller.pods["ub"]
+    assert a["status"] is b["status"]
+    await w.controller.preemption.clear_foreign(a)
+    assert w.calls() == [("nominate", ("a", None))]
+    assert w.controller.pods["ua"]["status"].get("nominatedNodeName") is None
+    assert w.controller.pods["ub"]["status"]["nominatedNodeName"] == "n1"
